@@ -1,0 +1,47 @@
+# The project's commands. Everything runs inside .venv, which `make` creates from scratch
+# on a machine that has only the Rust toolchain and CPython 3.11.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.deps-installed
+
+.PHONY: all demo test lint build bench fmt clean
+
+all: build
+
+$(STAMP): requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -r requirements-dev.txt
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# A release build of the extension, installed into .venv in editable mode.
+build: $(STAMP)
+	$(VENV)/bin/maturin develop --release --quiet
+
+demo: build
+	$(PY) examples/tour.py
+
+lint: $(STAMP)
+	cargo fmt --all -- --check
+	cargo clippy --all-targets -- -D warnings
+	$(VENV)/bin/ruff check python tests benchmarks examples
+	$(VENV)/bin/ruff format --check python tests benchmarks examples
+
+fmt: $(STAMP)
+	cargo fmt --all
+	$(VENV)/bin/ruff format python tests benchmarks examples
+	$(VENV)/bin/ruff check --fix python tests benchmarks examples
+
+test: lint build
+	cargo test --quiet
+	$(PY) -X dev -m pytest -q
+
+bench: build
+	$(PY) benchmarks/bench.py
+
+clean:
+	rm -rf $(VENV) target

@@ -1,0 +1,281 @@
+//! The functions `oxtree` exports: each crosses the Python/Rust boundary once.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+
+use crate::errors::{type_name, TreeError};
+use crate::registry;
+use crate::treespec::flatten::{self, Class};
+use crate::treespec::PyTreeSpec;
+
+/// A list that takes over the references in `items`.
+pub fn list_from_vec<'py>(py: Python<'py>, items: Vec<Bound<'py, PyAny>>) -> Bound<'py, PyList> {
+    crate::treespec::unflatten_list(py, items)
+}
+
+fn check_is_leaf(is_leaf: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    match is_leaf {
+        Some(f) if !f.is_callable() => Err(TreeError::Type(format!(
+            "is_leaf must be a callable or None, got {}",
+            type_name(f)
+        ))
+        .into()),
+        _ => Ok(()),
+    }
+}
+
+fn namespace_of(flat_namespaced: bool, namespace: &str) -> String {
+    if flat_namespaced {
+        namespace.to_owned()
+    } else {
+        String::new()
+    }
+}
+
+/// Flattens a tree into its leaves (dicts in sorted key order) and its structure.
+///
+/// >>> leaves, spec = tree_flatten([1, {'b': 2, 'a': (3, None)}])
+/// >>> leaves
+/// [1, 3, 2]
+/// >>> spec
+/// PyTreeSpec([*, {'a': (*, None), 'b': *}])
+#[pyfunction]
+#[pyo3(signature = (tree, /, is_leaf = None, *, none_is_leaf = false, namespace = ""))]
+pub fn tree_flatten<'py>(
+    py: Python<'py>,
+    tree: &Bound<'py, PyAny>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+) -> PyResult<(Bound<'py, PyList>, PyTreeSpec)> {
+    check_is_leaf(is_leaf)?;
+    let reg = registry::snapshot();
+    let flat = flatten::flatten::<true, true>(tree, is_leaf, none_is_leaf, namespace, &reg)?;
+    let spec = PyTreeSpec::new(
+        flat.nodes,
+        none_is_leaf,
+        namespace_of(flat.namespaced, namespace),
+    );
+    Ok((list_from_vec(py, flat.leaves), spec))
+}
+
+/// The leaves of a tree, left to right (dicts in sorted key order).
+///
+/// >>> tree_leaves({'b': 2, 'a': [1, None]})
+/// [1, 2]
+#[pyfunction]
+#[pyo3(signature = (tree, /, is_leaf = None, *, none_is_leaf = false, namespace = ""))]
+pub fn tree_leaves<'py>(
+    py: Python<'py>,
+    tree: &Bound<'py, PyAny>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+) -> PyResult<Bound<'py, PyList>> {
+    check_is_leaf(is_leaf)?;
+    let reg = registry::snapshot();
+    let flat = flatten::flatten::<false, true>(tree, is_leaf, none_is_leaf, namespace, &reg)?;
+    Ok(list_from_vec(py, flat.leaves))
+}
+
+/// The structure of a tree, without its leaves.
+///
+/// >>> tree_structure((1, [2, None]))
+/// PyTreeSpec((*, [*, None]))
+#[pyfunction]
+#[pyo3(signature = (tree, /, is_leaf = None, *, none_is_leaf = false, namespace = ""))]
+pub fn tree_structure<'py>(
+    tree: &Bound<'py, PyAny>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+) -> PyResult<PyTreeSpec> {
+    check_is_leaf(is_leaf)?;
+    let reg = registry::snapshot();
+    let flat = flatten::flatten::<true, false>(tree, is_leaf, none_is_leaf, namespace, &reg)?;
+    Ok(PyTreeSpec::new(
+        flat.nodes,
+        none_is_leaf,
+        namespace_of(flat.namespaced, namespace),
+    ))
+}
+
+/// Rebuilds a tree from a treespec and an iterable of leaves.
+///
+/// >>> spec = tree_structure({'b': 0, 'a': 0})
+/// >>> tree_unflatten(spec, [1, 2])
+/// {'b': 2, 'a': 1}
+#[pyfunction]
+#[pyo3(signature = (treespec, leaves))]
+pub fn tree_unflatten<'py>(
+    treespec: &Bound<'py, PyAny>,
+    leaves: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let spec = treespec.cast::<PyTreeSpec>().map_err(|_| {
+        TreeError::Type(format!(
+            "tree_unflatten expects a PyTreeSpec as its first argument, got {}",
+            type_name(treespec)
+        ))
+    })?;
+    crate::treespec::unflatten_iterable(spec.get(), leaves)
+}
+
+/// Flattens the first tree, the others up to its structure, and calls `func` leaf by leaf.
+fn map_leaves<'py>(
+    func: &Bound<'py, PyAny>,
+    tree: &Bound<'py, PyAny>,
+    rests: &Bound<'py, PyTuple>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+    keep_results: bool,
+) -> PyResult<(Vec<Bound<'py, PyAny>>, PyTreeSpec)> {
+    if !func.is_callable() {
+        return Err(
+            TreeError::Type(format!("func must be callable, got {}", type_name(func))).into(),
+        );
+    }
+    check_is_leaf(is_leaf)?;
+    let reg = registry::snapshot();
+    let flat = flatten::flatten::<true, true>(tree, is_leaf, none_is_leaf, namespace, &reg)?;
+    let spec = PyTreeSpec::new(
+        flat.nodes,
+        none_is_leaf,
+        namespace_of(flat.namespaced, namespace),
+    );
+    let mut results = Vec::with_capacity(if keep_results { flat.leaves.len() } else { 0 });
+    if rests.is_empty() {
+        for leaf in &flat.leaves {
+            let r = func.call1((leaf,))?;
+            if keep_results {
+                results.push(r);
+            }
+        }
+    } else {
+        let mut others = Vec::with_capacity(rests.len());
+        for (i, rest) in rests.iter().enumerate() {
+            let which = format!("rests[{i}]");
+            others.push(crate::treespec::flatten_up_to(
+                &spec,
+                &rest,
+                &reg,
+                Some(&which),
+            )?);
+        }
+        for (i, leaf) in flat.leaves.iter().enumerate() {
+            let r = if let [other] = others.as_slice() {
+                func.call1((leaf, &other[i]))?
+            } else {
+                let mut args = Vec::with_capacity(others.len() + 1);
+                args.push(leaf.clone());
+                args.extend(others.iter().map(|o| o[i].clone()));
+                func.call1(crate::treespec::tuple_from_vec(func.py(), args))?
+            };
+            if keep_results {
+                results.push(r);
+            }
+        }
+    }
+    Ok((results, spec))
+}
+
+/// Maps `func` over the leaves of `tree` (and the matching subtrees of `rests`).
+///
+/// >>> tree_map(lambda x, y: x + y, (1, {'a': 2}), (10, {'a': 20}))
+/// (11, {'a': 22})
+#[pyfunction]
+#[pyo3(signature = (func, tree, /, *rests, is_leaf = None, none_is_leaf = false, namespace = ""))]
+pub fn tree_map<'py>(
+    py: Python<'py>,
+    func: &Bound<'py, PyAny>,
+    tree: &Bound<'py, PyAny>,
+    rests: &Bound<'py, PyTuple>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    let (results, spec) = map_leaves(func, tree, rests, is_leaf, none_is_leaf, namespace, true)?;
+    crate::treespec::build(py, &spec, results)
+}
+
+/// Calls `func` on the leaves of `tree` (and `rests`) for its side effects; returns `tree`.
+///
+/// >>> seen = []
+/// >>> tree_map_(seen.append, [1, (2, 3)])
+/// [1, (2, 3)]
+/// >>> seen
+/// [1, 2, 3]
+#[pyfunction]
+#[pyo3(signature = (func, tree, /, *rests, is_leaf = None, none_is_leaf = false, namespace = ""))]
+pub fn tree_map_<'py>(
+    func: &Bound<'py, PyAny>,
+    tree: &Bound<'py, PyAny>,
+    rests: &Bound<'py, PyTuple>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    map_leaves(func, tree, rests, is_leaf, none_is_leaf, namespace, false)?;
+    Ok(tree.clone())
+}
+
+/// Whether `tree` is a single leaf.
+///
+/// >>> tree_is_leaf(1), tree_is_leaf([1]), tree_is_leaf(None), tree_is_leaf(None, none_is_leaf=True)
+/// (True, False, False, True)
+#[pyfunction]
+#[pyo3(signature = (tree, /, is_leaf = None, *, none_is_leaf = false, namespace = ""))]
+pub fn tree_is_leaf(
+    tree: &Bound<'_, PyAny>,
+    is_leaf: Option<&Bound<'_, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+) -> PyResult<bool> {
+    check_is_leaf(is_leaf)?;
+    if let Some(f) = is_leaf {
+        if f.call1((tree,))?.is_truthy()? {
+            return Ok(true);
+        }
+    }
+    let reg = registry::snapshot();
+    Ok(matches!(
+        flatten::classify(tree, none_is_leaf, &reg, namespace),
+        Class::Leaf
+    ))
+}
+
+/// Whether every item of `iterable` is a leaf.
+///
+/// >>> all_leaves([1, 'a', None]), all_leaves([1, (2,)])
+/// (False, False)
+/// >>> all_leaves([1, 'a', None], none_is_leaf=True)
+/// True
+#[pyfunction]
+#[pyo3(signature = (iterable, /, is_leaf = None, *, none_is_leaf = false, namespace = ""))]
+pub fn all_leaves(
+    iterable: &Bound<'_, PyAny>,
+    is_leaf: Option<&Bound<'_, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+) -> PyResult<bool> {
+    check_is_leaf(is_leaf)?;
+    for item in iterable.try_iter()? {
+        if !tree_is_leaf(&item?, is_leaf, none_is_leaf, namespace)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(tree_flatten, m)?)?;
+    m.add_function(wrap_pyfunction!(tree_leaves, m)?)?;
+    m.add_function(wrap_pyfunction!(tree_structure, m)?)?;
+    m.add_function(wrap_pyfunction!(tree_unflatten, m)?)?;
+    m.add_function(wrap_pyfunction!(tree_map, m)?)?;
+    m.add_function(wrap_pyfunction!(tree_map_, m)?)?;
+    m.add_function(wrap_pyfunction!(tree_is_leaf, m)?)?;
+    m.add_function(wrap_pyfunction!(all_leaves, m)?)?;
+    m.add_function(wrap_pyfunction!(crate::treespec::rebuild_treespec, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,26 @@
+//! oxtree's Rust core: the `oxtree._core` extension module.
+//!
+//! This file only declares the module; the logic lives in modules named by noun.
+
+mod api;
+mod errors;
+mod kind;
+mod paths;
+mod registry;
+mod treespec;
+mod types;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+#[pyo3(name = "_core")]
+fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("MAX_RECURSION_DEPTH", treespec::MAX_DEPTH)?;
+    m.add("NONE_IS_LEAF", true)?;
+    m.add("NONE_IS_NODE", false)?;
+    m.add("GLOBAL_NAMESPACE", "")?;
+    m.add_class::<treespec::PyTreeSpec>()?;
+    m.add_class::<kind::PyTreeKind>()?;
+    api::register(m)?;
+    Ok(())
+}

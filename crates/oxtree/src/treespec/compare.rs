@@ -1,0 +1,143 @@
+//! Treespec equality and hashing: linear scans over the node vectors.
+
+use pyo3::prelude::*;
+
+use super::{Node, PyTreeSpec};
+use crate::kind::Kind;
+
+fn same_object(a: &Option<Py<PyAny>>, b: &Option<Py<PyAny>>) -> bool {
+    match (a, b) {
+        (Some(x), Some(y)) => x.as_ptr() == y.as_ptr(),
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+fn equal_objects(py: Python<'_>, a: &Option<Py<PyAny>>, b: &Option<Py<PyAny>>) -> PyResult<bool> {
+    match (a, b) {
+        (Some(x), Some(y)) => Ok(x.as_ptr() == y.as_ptr() || x.bind(py).eq(y.bind(py))?),
+        (None, None) => Ok(true),
+        _ => Ok(false),
+    }
+}
+
+fn equal_keys(py: Python<'_>, a: &Node, b: &Node) -> PyResult<bool> {
+    let (Some(x), Some(y)) = (&a.keys, &b.keys) else {
+        return Ok(a.keys.is_none() && b.keys.is_none());
+    };
+    let (x, y) = (x.bind(py), y.bind(py));
+    if x.len() != y.len() {
+        return Ok(false);
+    }
+    for (k1, k2) in x.iter().zip(y.iter()) {
+        if !k1.is(&k2) && !k1.eq(&k2)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+fn equal_nodes(py: Python<'_>, a: &Node, b: &Node) -> PyResult<bool> {
+    if a.kind != b.kind || a.arity != b.arity || a.num_leaves != b.num_leaves {
+        return Ok(false);
+    }
+    Ok(match a.kind {
+        Kind::Leaf | Kind::None | Kind::Tuple | Kind::List => true,
+        Kind::Dict | Kind::OrderedDict => equal_keys(py, a, b)?,
+        Kind::DefaultDict => equal_objects(py, &a.data, &b.data)? && equal_keys(py, a, b)?,
+        Kind::NamedTuple | Kind::StructSeq => same_object(&a.data, &b.data),
+        Kind::Deque => equal_objects(py, &a.data, &b.data)?,
+        Kind::Custom => {
+            let same_type = match (&a.custom, &b.custom) {
+                (Some(x), Some(y)) => x.ty.as_ptr() == y.ty.as_ptr(),
+                _ => false,
+            };
+            same_type && equal_objects(py, &a.data, &b.data)?
+        }
+    })
+}
+
+pub fn equal(a: &PyTreeSpec, b: &PyTreeSpec, py: Python<'_>) -> PyResult<bool> {
+    if std::ptr::eq(a, b) {
+        return Ok(true);
+    }
+    if a.none_is_leaf != b.none_is_leaf
+        || a.nodes.len() != b.nodes.len()
+        || a.namespace != b.namespace
+    {
+        return Ok(false);
+    }
+    for (x, y) in a.nodes.iter().zip(&b.nodes) {
+        if !equal_nodes(py, x, y)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// A 64-bit mixing step (the finalizer of SplitMix64 over a running state).
+#[inline]
+fn mix(h: u64, v: u64) -> u64 {
+    let mut z = h ^ v
+        .wrapping_add(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(h << 6)
+        .wrapping_add(h >> 2);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A hash consistent with `equal`: objects compared by `==` are hashed by `hash()`, objects
+/// compared by identity by address.
+pub fn hash(spec: &PyTreeSpec, py: Python<'_>) -> PyResult<isize> {
+    let mut h = mix(spec.nodes.len() as u64, u64::from(spec.none_is_leaf));
+    for b in spec.namespace.bytes() {
+        h = mix(h, u64::from(b));
+    }
+    for node in &spec.nodes {
+        h = mix(h, (node.kind as u64) << 56 | node.arity as u64);
+        match node.kind {
+            Kind::Dict | Kind::OrderedDict | Kind::DefaultDict => {
+                if let Some(keys) = &node.keys {
+                    for key in keys.bind(py).iter() {
+                        h = mix(h, key.hash()? as u64);
+                    }
+                }
+                if node.kind == Kind::DefaultDict {
+                    if let Some(f) = &node.data {
+                        h = mix(h, f.bind(py).hash()? as u64);
+                    }
+                }
+            }
+            Kind::NamedTuple | Kind::StructSeq => {
+                h = mix(h, node.data.as_ref().map_or(0, |t| t.as_ptr() as u64));
+            }
+            Kind::Deque => {
+                if let Some(m) = &node.data {
+                    h = mix(h, m.bind(py).hash()? as u64);
+                }
+            }
+            Kind::Custom => {
+                h = mix(h, node.custom.as_ref().map_or(0, |r| r.ty.as_ptr() as u64));
+                if let Some(aux) = &node.data {
+                    h = mix(h, aux.bind(py).hash()? as u64);
+                }
+            }
+            Kind::Leaf | Kind::None | Kind::Tuple | Kind::List => {}
+        }
+    }
+    let h = h as isize;
+    // -1 means "error" to CPython's hash slot.
+    Ok(if h == -1 { -2 } else { h })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mix;
+
+    #[test]
+    fn mix_spreads_and_depends_on_order() {
+        assert_ne!(mix(mix(0, 1), 2), mix(mix(0, 2), 1));
+        assert_ne!(mix(0, 0), 0);
+    }
+}

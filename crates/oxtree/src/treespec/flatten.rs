@@ -1,0 +1,606 @@
+//! The hot path: walking a tree into leaves and post-order nodes.
+//!
+//! The walk uses an explicit heap stack, so a deep tree can never overflow the native stack;
+//! depth is one comparison per container. Options are compile-time parameters: whether an
+//! `is_leaf` predicate exists, whether None is a leaf, and which outputs are wanted (leaves,
+//! nodes or both), so `tree_leaves` builds no nodes and `tree_structure` keeps no leaves.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::ffi;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+
+use super::Node;
+use crate::errors::{short_repr, TreeError};
+use crate::kind::Kind;
+use crate::paths;
+use crate::registry::{Registration, Registry};
+use crate::types;
+
+/// The deepest nesting any walk accepts before raising RecursionError. Deep enough for any
+/// real tree (and 100,000-deep chains); the heap stack makes it safe at any value.
+pub const MAX_DEPTH: usize = 200_000;
+
+/// The depth at which the walk first looks for a cycle among the containers it is inside;
+/// the threshold doubles after each look, so the checks cost O(1) per container overall.
+const FIRST_CYCLE_CHECK: usize = 1_000;
+
+/// An `is_leaf` predicate, or none (a compile-time choice).
+pub trait Pred<'py> {
+    const ACTIVE: bool;
+    fn test(&self, obj: &Bound<'py, PyAny>) -> PyResult<bool>;
+}
+
+pub struct NoPred;
+
+impl<'py> Pred<'py> for NoPred {
+    const ACTIVE: bool = false;
+    #[inline(always)]
+    fn test(&self, _obj: &Bound<'py, PyAny>) -> PyResult<bool> {
+        Ok(false)
+    }
+}
+
+pub struct CallPred<'a, 'py>(pub &'a Bound<'py, PyAny>);
+
+impl<'py> Pred<'py> for CallPred<'_, 'py> {
+    const ACTIVE: bool = true;
+    #[inline]
+    fn test(&self, obj: &Bound<'py, PyAny>) -> PyResult<bool> {
+        self.0.call1((obj,))?.is_truthy()
+    }
+}
+
+/// What a walk produced.
+pub struct Flat<'py> {
+    pub leaves: Vec<Bound<'py, PyAny>>,
+    pub nodes: Vec<Node>,
+    /// True when a custom node came from a non-global namespace.
+    pub namespaced: bool,
+}
+
+/// The children of the container a frame walks.
+enum Items<'py> {
+    Tuple(Bound<'py, PyTuple>),
+    List(Bound<'py, PyList>),
+    Owned(std::vec::IntoIter<Bound<'py, PyAny>>),
+}
+
+struct Frame<'py> {
+    /// The container itself, for cycle detection and error paths.
+    obj: Bound<'py, PyAny>,
+    items: Items<'py>,
+    pos: usize,
+    /// The node this frame will emit; its counts are filled in when it closes.
+    node: Node,
+    leaves_before: usize,
+    nodes_before: usize,
+}
+
+impl<'py> Frame<'py> {
+    #[inline]
+    fn new(obj: Bound<'py, PyAny>, items: Items<'py>, node: Node) -> Frame<'py> {
+        Frame {
+            obj,
+            items,
+            pos: 0,
+            node,
+            leaves_before: 0,
+            nodes_before: 0,
+        }
+    }
+}
+
+/// How a non-builtin-fast-path object is to be treated.
+pub enum Class<'a> {
+    Leaf,
+    NoneNode,
+    Node(Kind),
+    Custom(&'a Arc<Registration>),
+}
+
+/// Classifies an object whose type is not exactly tuple, list, dict or NoneType.
+#[inline]
+pub fn classify_other<'a>(
+    obj: &Bound<'_, PyAny>,
+    registry: &'a Registry,
+    namespace: &str,
+) -> Class<'a> {
+    let ty = obj.get_type_ptr();
+    if !registry.is_empty() {
+        if let Some(reg) = registry.lookup(ty, namespace) {
+            return Class::Custom(reg);
+        }
+    }
+    // SAFETY: `ty` is the live type of `obj`; reading `tp_flags` has no side effects.
+    let flags = unsafe { (*ty).tp_flags };
+    if flags & ffi::Py_TPFLAGS_TUPLE_SUBCLASS != 0 {
+        let kind = types::tuple_subclass_kind(&obj.get_type());
+        return if kind == Kind::Leaf {
+            Class::Leaf
+        } else {
+            Class::Node(kind)
+        };
+    }
+    let py = obj.py();
+    let c = types::collections(py);
+    if flags & ffi::Py_TPFLAGS_DICT_SUBCLASS != 0 {
+        if ty == c.ordered_dict.as_ptr().cast() {
+            return Class::Node(Kind::OrderedDict);
+        }
+        if ty == c.default_dict.as_ptr().cast() {
+            return Class::Node(Kind::DefaultDict);
+        }
+        return Class::Leaf;
+    }
+    if ty == c.deque.as_ptr().cast() {
+        return Class::Node(Kind::Deque);
+    }
+    Class::Leaf
+}
+
+/// The class of any object, as the walk sees it (without an `is_leaf` predicate).
+pub fn classify<'a>(
+    obj: &Bound<'_, PyAny>,
+    none_is_leaf: bool,
+    registry: &'a Registry,
+    namespace: &str,
+) -> Class<'a> {
+    if obj.is_exact_instance_of::<PyTuple>() {
+        Class::Node(Kind::Tuple)
+    } else if obj.is_exact_instance_of::<PyList>() {
+        Class::Node(Kind::List)
+    } else if obj.is_exact_instance_of::<PyDict>() {
+        Class::Node(Kind::Dict)
+    } else if obj.is_none() {
+        if none_is_leaf {
+            Class::Leaf
+        } else {
+            Class::NoneNode
+        }
+    } else {
+        classify_other(obj, registry, namespace)
+    }
+}
+
+pub struct Flattener<'a, 'py, P, const NONE_LEAF: bool, const NODES: bool, const LEAVES: bool> {
+    py: Python<'py>,
+    pred: P,
+    registry: &'a Registry,
+    namespace: &'a str,
+    leaves: Vec<Bound<'py, PyAny>>,
+    nodes: Vec<Node>,
+    leaf_count: usize,
+    namespaced: bool,
+    next_cycle_check: usize,
+}
+
+impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAVES: bool>
+    Flattener<'a, 'py, P, NONE_LEAF, NODES, LEAVES>
+{
+    fn new(py: Python<'py>, pred: P, registry: &'a Registry, namespace: &'a str) -> Self {
+        Flattener {
+            py,
+            pred,
+            registry,
+            namespace,
+            leaves: Vec::new(),
+            nodes: Vec::new(),
+            leaf_count: 0,
+            namespaced: false,
+            next_cycle_check: FIRST_CYCLE_CHECK,
+        }
+    }
+
+    fn run(mut self, root: &Bound<'py, PyAny>) -> PyResult<Flat<'py>> {
+        let mut stack: Vec<Frame<'py>> = Vec::new();
+        self.visit(root.clone(), &mut stack)?;
+        while let Some(top) = stack.last_mut() {
+            let child = match &mut top.items {
+                Items::Tuple(t) => {
+                    if top.pos < top.node.arity {
+                        // SAFETY: a tuple is immutable and `pos` is below its length.
+                        Some(unsafe { t.get_borrowed_item_unchecked(top.pos) }.to_owned())
+                    } else {
+                        None
+                    }
+                }
+                Items::List(l) => {
+                    if top.pos < top.node.arity {
+                        if top.pos >= l.len() {
+                            return Err(self.mutated(&stack));
+                        }
+                        // SAFETY: `pos` was just checked against the list's current length,
+                        // and the borrowed item is turned into an owned reference at once.
+                        Some(unsafe {
+                            Bound::from_borrowed_ptr(
+                                self.py,
+                                ffi::PyList_GET_ITEM(l.as_ptr(), top.pos as ffi::Py_ssize_t),
+                            )
+                        })
+                    } else {
+                        None
+                    }
+                }
+                Items::Owned(it) => it.next(),
+            };
+            match child {
+                Some(child) => {
+                    top.pos += 1;
+                    self.visit(child, &mut stack)?;
+                }
+                None => {
+                    let frame = stack.pop().expect("the loop holds a frame");
+                    self.close(frame);
+                }
+            }
+        }
+        Ok(Flat {
+            leaves: self.leaves,
+            nodes: self.nodes,
+            namespaced: self.namespaced,
+        })
+    }
+
+    #[inline(always)]
+    fn leaf(&mut self, obj: Bound<'py, PyAny>) {
+        if LEAVES {
+            self.leaves.push(obj);
+        }
+        self.leaf_count += 1;
+        if NODES {
+            self.nodes.push(Node::LEAF);
+        }
+    }
+
+    #[inline(always)]
+    fn visit(&mut self, obj: Bound<'py, PyAny>, stack: &mut Vec<Frame<'py>>) -> PyResult<()> {
+        if P::ACTIVE && self.pred.test(&obj)? {
+            self.leaf(obj);
+            return Ok(());
+        }
+        if obj.is_exact_instance_of::<PyTuple>() {
+            // SAFETY: the exact type was just checked.
+            let t = unsafe { obj.clone().cast_into_unchecked::<PyTuple>() };
+            let n = t.len();
+            let frame = Frame::new(obj, Items::Tuple(t), Node::bare(Kind::Tuple, n, 0, 0));
+            return self.push(frame, stack);
+        }
+        if obj.is_exact_instance_of::<PyList>() {
+            // SAFETY: the exact type was just checked.
+            let l = unsafe { obj.clone().cast_into_unchecked::<PyList>() };
+            let n = l.len();
+            let frame = Frame::new(obj, Items::List(l), Node::bare(Kind::List, n, 0, 0));
+            return self.push(frame, stack);
+        }
+        if obj.is_exact_instance_of::<PyDict>() {
+            let frame = self.open_mapping(obj, Kind::Dict, stack)?;
+            return self.push(frame, stack);
+        }
+        if obj.is_none() {
+            if NONE_LEAF {
+                self.leaf(obj);
+            } else if NODES {
+                self.nodes.push(Node::NONE);
+            }
+            return Ok(());
+        }
+        self.visit_other(obj, stack)
+    }
+
+    fn visit_other(&mut self, obj: Bound<'py, PyAny>, stack: &mut Vec<Frame<'py>>) -> PyResult<()> {
+        let frame = match classify_other(&obj, self.registry, self.namespace) {
+            Class::Leaf => {
+                self.leaf(obj);
+                return Ok(());
+            }
+            Class::NoneNode => unreachable!("None takes the fast path"),
+            Class::Custom(reg) => {
+                let reg = reg.clone();
+                if !reg.namespace.is_empty() {
+                    self.namespaced = true;
+                }
+                self.open_custom(obj, reg)?
+            }
+            Class::Node(kind) => match kind {
+                Kind::NamedTuple | Kind::StructSeq => {
+                    // SAFETY: namedtuples and struct sequences are tuple subclasses.
+                    let t = unsafe { obj.clone().cast_into_unchecked::<PyTuple>() };
+                    let mut node = Node::bare(kind, t.len(), 0, 0);
+                    node.data = Some(obj.get_type().into_any().unbind());
+                    Frame::new(obj, Items::Tuple(t), node)
+                }
+                Kind::OrderedDict | Kind::DefaultDict => self.open_mapping(obj, kind, stack)?,
+                Kind::Deque => {
+                    let items = iter_to_list(&obj)?;
+                    let mut node = Node::bare(Kind::Deque, items.len(), 0, 0);
+                    node.data = Some(obj.getattr(intern!(self.py, "maxlen"))?.unbind());
+                    Frame::new(obj, Items::List(items), node)
+                }
+                _ => unreachable!("classify_other returns no builtin fast-path kind"),
+            },
+        };
+        self.push(frame, stack)
+    }
+
+    /// Opens a dict, OrderedDict or defaultdict: keys in leaf order, values snapshotted.
+    fn open_mapping(
+        &mut self,
+        obj: Bound<'py, PyAny>,
+        kind: Kind,
+        stack: &[Frame<'py>],
+    ) -> PyResult<Frame<'py>> {
+        let py = self.py;
+        // SAFETY: every mapping kind is a dict subclass (checked by the caller).
+        let dict = unsafe { obj.cast_unchecked::<PyDict>() };
+        let (keys, insertion) = if kind == Kind::OrderedDict {
+            // The OrderedDict's own order, which its dict storage need not follow.
+            (iter_to_list(&obj)?, None)
+        } else {
+            let keys = dict.keys();
+            if keys.len() <= 1 {
+                (keys, None)
+            } else {
+                let sorted = sort_keys(&keys)?;
+                if same_order(&sorted, &keys) {
+                    (sorted, None)
+                } else {
+                    (sorted, Some(keys))
+                }
+            }
+        };
+        let n = keys.len();
+        let items = if kind != Kind::OrderedDict && insertion.is_none() {
+            // Leaf order is the dict's own order: take the values in one call.
+            Items::List(dict.values())
+        } else {
+            let mut values = Vec::with_capacity(n);
+            for key in keys.iter() {
+                match dict_get(dict, &key)? {
+                    Some(v) => values.push(v),
+                    None => return Err(self.mutated_at(stack, "dict")),
+                }
+            }
+            Items::Owned(values.into_iter())
+        };
+        let mut node = Node::bare(kind, n, 0, 0);
+        if kind == Kind::DefaultDict {
+            node.data = Some(obj.getattr(intern!(py, "default_factory"))?.unbind());
+        }
+        node.keys = Some(keys.unbind());
+        node.insertion = insertion.map(Bound::unbind);
+        Ok(Frame::new(obj, items, node))
+    }
+
+    fn open_custom(
+        &mut self,
+        obj: Bound<'py, PyAny>,
+        reg: Arc<Registration>,
+    ) -> PyResult<Frame<'py>> {
+        let py = self.py;
+        let out = reg.flatten.bind(py).call1((&obj,))?;
+        let (children, aux) = split_flatten_result(py, &reg, &out)?;
+        let mut node = Node::bare(Kind::Custom, children.len(), 0, 0);
+        node.data = Some(aux.unbind());
+        node.custom = Some(reg);
+        Ok(Frame::new(obj, Items::Owned(children.into_iter()), node))
+    }
+
+    #[inline(always)]
+    fn push(&mut self, mut frame: Frame<'py>, stack: &mut Vec<Frame<'py>>) -> PyResult<()> {
+        if stack.len() >= self.next_cycle_check {
+            self.check_depth(stack, &frame)?;
+        }
+        frame.leaves_before = self.leaf_count;
+        frame.nodes_before = self.nodes.len();
+        stack.push(frame);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn close(&mut self, frame: Frame<'py>) {
+        if NODES {
+            let mut node = frame.node;
+            node.num_leaves = self.leaf_count - frame.leaves_before;
+            node.num_nodes = self.nodes.len() - frame.nodes_before + 1;
+            self.nodes.push(node);
+        }
+    }
+
+    /// Past a threshold depth: look for a cycle among the open containers; past the limit,
+    /// raise RecursionError.
+    #[cold]
+    #[inline(never)]
+    fn check_depth(&mut self, stack: &[Frame<'py>], new: &Frame<'py>) -> PyResult<()> {
+        let mut seen: HashMap<usize, usize> = HashMap::with_capacity(stack.len() + 1);
+        let objs = stack
+            .iter()
+            .map(|f| &f.obj)
+            .chain(std::iter::once(&new.obj));
+        for (depth, obj) in objs.enumerate() {
+            if let Some(first) = seen.insert(obj.as_ptr() as usize, depth) {
+                let path = |k: usize| frame_path(self.py, &stack[..k]);
+                return Err(TreeError::Cycle {
+                    closes_at: path(depth),
+                    ancestor: path(first),
+                }
+                .into());
+            }
+        }
+        if stack.len() >= MAX_DEPTH {
+            return Err(TreeError::TooDeep {
+                path: frame_path(self.py, stack),
+                limit: MAX_DEPTH,
+            }
+            .into());
+        }
+        self.next_cycle_check = (self.next_cycle_check * 2).min(MAX_DEPTH);
+        Ok(())
+    }
+
+    #[cold]
+    fn mutated(&self, stack: &[Frame<'py>]) -> PyErr {
+        let what = match stack.last().map(|f| f.node.kind) {
+            Some(Kind::List) => "list",
+            _ => "container",
+        };
+        let path = frame_path(self.py, &stack[..stack.len().saturating_sub(1)]);
+        TreeError::Mutated { path, what }.into()
+    }
+
+    #[cold]
+    fn mutated_at(&self, stack: &[Frame<'py>], what: &'static str) -> PyErr {
+        TreeError::Mutated {
+            path: frame_path(self.py, stack),
+            what,
+        }
+        .into()
+    }
+}
+
+/// The path to the container a walk would open below `frames`, from the frames' positions.
+#[cold]
+fn frame_path(py: Python<'_>, frames: &[Frame<'_>]) -> String {
+    let entries: Vec<_> = frames
+        .iter()
+        .map(|f| f.node.entry(py, f.pos.saturating_sub(1)))
+        .collect();
+    paths::render("tree", &entries)
+}
+
+/// Looks a key up in a dict without calling `__missing__`; `None` if it is absent.
+#[inline]
+fn dict_get<'py>(
+    dict: &Bound<'py, PyDict>,
+    key: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let py = dict.py();
+    // SAFETY: both pointers are live; the result is a borrowed reference (or NULL with or
+    // without an exception set), turned into an owned one at once.
+    unsafe {
+        let v = ffi::PyDict_GetItemWithError(dict.as_ptr(), key.as_ptr());
+        if v.is_null() {
+            match PyErr::take(py) {
+                Some(e) => Err(e),
+                None => Ok(None),
+            }
+        } else {
+            Ok(Some(Bound::from_borrowed_ptr(py, v)))
+        }
+    }
+}
+
+/// `list(obj)`: a new list of what iterating `obj` yields.
+pub fn iter_to_list<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    // SAFETY: PySequence_List accepts any iterable and returns a new reference or NULL with
+    // an exception set, which `from_owned_ptr_or_err` turns into a PyErr.
+    unsafe {
+        Ok(
+            Bound::from_owned_ptr_or_err(obj.py(), ffi::PySequence_List(obj.as_ptr()))?
+                .cast_into_unchecked(),
+        )
+    }
+}
+
+/// True when two lists hold the same objects in the same order.
+fn same_order(a: &Bound<'_, PyList>, b: &Bound<'_, PyList>) -> bool {
+    a.len() == b.len() && a.iter().zip(b.iter()).all(|(x, y)| x.is(&y))
+}
+
+/// The keys in sorted order, as a new list. Keys that cannot be compared with each other
+/// (a TypeError) are ordered by their type's qualified name, then by value; if even that
+/// fails, they keep insertion order. Any other exception from a comparison propagates.
+pub fn sort_keys<'py>(keys: &Bound<'py, PyList>) -> PyResult<Bound<'py, PyList>> {
+    let py = keys.py();
+    let sorted = keys.get_slice(0, keys.len());
+    match sorted.sort() {
+        Ok(()) => return Ok(sorted),
+        Err(e) if e.is_instance_of::<PyTypeError>(py) => {}
+        Err(e) => return Err(e),
+    }
+    // A failed sort leaves its list partly permuted: start again from the original order.
+    let mut pairs = Vec::with_capacity(keys.len());
+    for key in keys.iter() {
+        let name = types::qualified_name(&key.get_type())?;
+        pairs.push(PyTuple::new(py, [name.into_pyobject(py)?.into_any(), key])?);
+    }
+    let pairs = PyList::new(py, pairs)?;
+    match pairs.sort() {
+        Ok(()) => {
+            let out: Vec<Bound<'py, PyAny>> = pairs
+                .iter()
+                .map(|p| p.cast_into::<PyTuple>().expect("built above").get_item(1))
+                .collect::<PyResult<_>>()?;
+            PyList::new(py, out)
+        }
+        Err(e) if e.is_instance_of::<PyTypeError>(py) => Ok(keys.get_slice(0, keys.len())),
+        Err(e) => Err(e),
+    }
+}
+
+/// Splits what a registered flatten function returned into its children and aux data.
+fn split_flatten_result<'py>(
+    py: Python<'py>,
+    reg: &Registration,
+    out: &Bound<'py, PyAny>,
+) -> PyResult<(Vec<Bound<'py, PyAny>>, Bound<'py, PyAny>)> {
+    let bad = |why: &str| -> PyErr {
+        let name = reg
+            .ty
+            .bind(py)
+            .qualname()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        TreeError::Type(format!(
+            "the flatten function registered for {name} must return (children, aux_data) or \
+             (children, aux_data, entries); {why}: {}",
+            short_repr(out, 80)
+        ))
+        .into()
+    };
+    let Ok(parts) = out.cast::<PyTuple>() else {
+        return Err(bad("it returned"));
+    };
+    if parts.len() != 2 && parts.len() != 3 {
+        return Err(bad(&format!(
+            "it returned a tuple of length {}",
+            parts.len()
+        )));
+    }
+    let children = parts.get_item(0)?;
+    let iter = children
+        .try_iter()
+        .map_err(|_| bad("its children are not iterable"))?;
+    let children = iter.collect::<PyResult<Vec<_>>>()?;
+    Ok((children, parts.get_item(1)?))
+}
+
+/// Walks `tree` with the options chosen once, as compile-time parameters.
+pub fn flatten<'py, const NODES: bool, const LEAVES: bool>(
+    tree: &Bound<'py, PyAny>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+    registry: &Registry,
+) -> PyResult<Flat<'py>> {
+    let py = tree.py();
+    match (is_leaf, none_is_leaf) {
+        (None, false) => {
+            Flattener::<_, false, NODES, LEAVES>::new(py, NoPred, registry, namespace).run(tree)
+        }
+        (None, true) => {
+            Flattener::<_, true, NODES, LEAVES>::new(py, NoPred, registry, namespace).run(tree)
+        }
+        (Some(f), false) => {
+            Flattener::<_, false, NODES, LEAVES>::new(py, CallPred(f), registry, namespace)
+                .run(tree)
+        }
+        (Some(f), true) => {
+            Flattener::<_, true, NODES, LEAVES>::new(py, CallPred(f), registry, namespace).run(tree)
+        }
+    }
+}

@@ -1,0 +1,397 @@
+//! `PyTreeSpec`: an immutable treedef holding a flat vector of nodes in post-order.
+//!
+//! Post-order (children before their parent, the root last) makes every subtree a contiguous
+//! slice `[i + 1 - num_nodes, i]`, unflatten a single loop over a value stack, and equality
+//! and hashing linear scans.
+
+mod compare;
+pub mod flatten;
+mod pickle;
+mod repr;
+mod traverse;
+mod unflatten;
+
+use std::sync::{Arc, OnceLock};
+
+use pyo3::gc::PyVisit;
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+use pyo3::PyTraverseError;
+
+use crate::errors::TreeError;
+use crate::kind::{Kind, PyTreeKind};
+use crate::paths::{self, PathEntry};
+use crate::registry::Registration;
+use crate::types;
+
+pub use flatten::MAX_DEPTH;
+pub use pickle::rebuild_treespec;
+pub use traverse::flatten_up_to;
+pub use unflatten::{build, unflatten_iterable};
+
+/// A list that takes over the references in `items`.
+pub fn unflatten_list<'py>(py: Python<'py>, items: Vec<Bound<'py, PyAny>>) -> Bound<'py, PyList> {
+    unflatten::list_from(py, items.into_iter())
+}
+
+/// A tuple that takes over the references in `items`.
+pub fn tuple_from_vec<'py>(py: Python<'py>, items: Vec<Bound<'py, PyAny>>) -> Bound<'py, PyTuple> {
+    unflatten::tuple_from(py, items.into_iter())
+}
+
+/// One node of a treedef.
+pub struct Node {
+    pub kind: Kind,
+    pub arity: usize,
+    pub num_leaves: usize,
+    pub num_nodes: usize,
+    /// NamedTuple / StructSeq: the type. DefaultDict: the default factory. Deque: `maxlen`
+    /// (None or int). Custom: the auxiliary data.
+    pub data: Option<Py<PyAny>>,
+    /// Mapping kinds: the keys in leaf order (sorted for dict and defaultdict, insertion order
+    /// for OrderedDict). Private: never handed out without a copy.
+    pub keys: Option<Py<PyList>>,
+    /// Dict and defaultdict: the keys in insertion order, when it differs from `keys`.
+    pub insertion: Option<Py<PyList>>,
+    /// Custom nodes: how to put the node back together.
+    pub custom: Option<Arc<Registration>>,
+}
+
+impl Node {
+    pub const LEAF: Node = Node::bare(Kind::Leaf, 0, 1, 1);
+    pub const NONE: Node = Node::bare(Kind::None, 0, 0, 1);
+
+    pub const fn bare(kind: Kind, arity: usize, num_leaves: usize, num_nodes: usize) -> Node {
+        Node {
+            kind,
+            arity,
+            num_leaves,
+            num_nodes,
+            data: None,
+            keys: None,
+            insertion: None,
+            custom: None,
+        }
+    }
+
+    pub fn clone_ref(&self, py: Python<'_>) -> Node {
+        Node {
+            kind: self.kind,
+            arity: self.arity,
+            num_leaves: self.num_leaves,
+            num_nodes: self.num_nodes,
+            data: self.data.as_ref().map(|d| d.clone_ref(py)),
+            keys: self.keys.as_ref().map(|d| d.clone_ref(py)),
+            insertion: self.insertion.as_ref().map(|d| d.clone_ref(py)),
+            custom: self.custom.clone(),
+        }
+    }
+
+    /// The entry that leads from this node to its `j`-th child, for paths in messages.
+    pub fn entry<'py>(&self, py: Python<'py>, j: usize) -> PathEntry<'py> {
+        match self.kind {
+            Kind::Dict | Kind::OrderedDict | Kind::DefaultDict => match &self.keys {
+                Some(keys) => match keys.bind(py).get_item(j) {
+                    Ok(k) => PathEntry::Key(k),
+                    Err(_) => PathEntry::Index(j),
+                },
+                None => PathEntry::Index(j),
+            },
+            Kind::NamedTuple | Kind::StructSeq => {
+                let name = self
+                    .data
+                    .as_ref()
+                    .and_then(|t| types::field_names(t.bind(py), self.kind).ok())
+                    .and_then(|names| names.into_iter().nth(j).flatten());
+                match name {
+                    Some(n) => PathEntry::Attr(n),
+                    None => PathEntry::Index(j),
+                }
+            }
+            _ => PathEntry::Index(j),
+        }
+    }
+}
+
+/// A tree structure: what `tree_flatten` returns next to the leaves.
+#[pyclass(frozen, module = "oxtree", name = "PyTreeSpec")]
+pub struct PyTreeSpec {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) none_is_leaf: bool,
+    pub(crate) namespace: String,
+    pub(crate) hash: OnceLock<isize>,
+}
+
+impl PyTreeSpec {
+    pub fn new(nodes: Vec<Node>, none_is_leaf: bool, namespace: String) -> PyTreeSpec {
+        debug_assert!(!nodes.is_empty());
+        PyTreeSpec {
+            nodes,
+            none_is_leaf,
+            namespace,
+            hash: OnceLock::new(),
+        }
+    }
+
+    pub fn root(&self) -> &Node {
+        self.nodes.last().expect("a treespec always has a root")
+    }
+
+    pub fn num_leaves(&self) -> usize {
+        self.root().num_leaves
+    }
+
+    /// Indices of the children of node `idx`, left to right.
+    pub fn child_indices(&self, idx: usize) -> Vec<usize> {
+        let node = &self.nodes[idx];
+        let mut out = Vec::with_capacity(node.arity);
+        let mut end = idx;
+        for _ in 0..node.arity {
+            let child = end - 1;
+            out.push(child);
+            end = child + 1 - self.nodes[child].num_nodes;
+        }
+        out.reverse();
+        out
+    }
+
+    /// A copy of the subtree whose root is node `idx`.
+    pub fn subtree(&self, py: Python<'_>, idx: usize) -> PyTreeSpec {
+        let start = idx + 1 - self.nodes[idx].num_nodes;
+        let nodes = self.nodes[start..=idx]
+            .iter()
+            .map(|n| n.clone_ref(py))
+            .collect();
+        PyTreeSpec::new(nodes, self.none_is_leaf, self.namespace.clone())
+    }
+
+    /// The path from the root to node `idx`, in keystr form after `root`.
+    #[cold]
+    pub fn path_to(&self, py: Python<'_>, idx: usize, root: &str) -> String {
+        let mut entries = Vec::new();
+        let mut cur = self.nodes.len() - 1;
+        while cur != idx {
+            let node = &self.nodes[cur];
+            let mut end = cur;
+            let mut found = None;
+            for j in (0..node.arity).rev() {
+                let child = end - 1;
+                let start = child + 1 - self.nodes[child].num_nodes;
+                if (start..=child).contains(&idx) {
+                    found = Some((j, child));
+                    break;
+                }
+                end = start;
+            }
+            let Some((j, child)) = found else { break };
+            entries.push(node.entry(py, j));
+            cur = child;
+        }
+        paths::render(root, &entries)
+    }
+
+    fn check_same_options(&self, other: &PyTreeSpec, what: &str) -> Result<(), TreeError> {
+        if self.none_is_leaf != other.none_is_leaf {
+            return Err(TreeError::Value(format!(
+                "{what}: the treespecs disagree on none_is_leaf ({} and {})",
+                self.none_is_leaf, other.none_is_leaf
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[pymethods]
+impl PyTreeSpec {
+    /// The number of leaves in the tree.
+    #[getter(num_leaves)]
+    fn py_num_leaves(&self) -> usize {
+        self.num_leaves()
+    }
+
+    /// The number of nodes in the tree, leaves and None included.
+    #[getter]
+    fn num_nodes(&self) -> usize {
+        self.root().num_nodes
+    }
+
+    /// The number of children of the root node.
+    #[getter]
+    fn num_children(&self) -> usize {
+        self.root().arity
+    }
+
+    /// Whether None is a leaf (True) or a node without children (False) in this treespec.
+    #[getter]
+    fn none_is_leaf(&self) -> bool {
+        self.none_is_leaf
+    }
+
+    /// The registry namespace the custom nodes of this treespec come from ("" if global).
+    #[getter]
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The kind of the root node.
+    #[getter]
+    fn kind(&self) -> PyTreeKind {
+        self.root().kind.to_py()
+    }
+
+    /// The type of the root node (None for a leaf).
+    #[getter]
+    fn r#type<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let root = self.root();
+        Ok(Some(match root.kind {
+            Kind::Leaf => return Ok(None),
+            Kind::None => py.None().bind(py).get_type().into_any(),
+            Kind::Tuple => py.get_type::<PyTuple>().into_any(),
+            Kind::List => py.get_type::<PyList>().into_any(),
+            Kind::Dict => py.get_type::<pyo3::types::PyDict>().into_any(),
+            Kind::OrderedDict => types::collections(py)
+                .ordered_dict
+                .bind(py)
+                .clone()
+                .into_any(),
+            Kind::DefaultDict => types::collections(py)
+                .default_dict
+                .bind(py)
+                .clone()
+                .into_any(),
+            Kind::Deque => types::collections(py).deque.bind(py).clone().into_any(),
+            Kind::NamedTuple | Kind::StructSeq => match &root.data {
+                Some(t) => t.bind(py).clone(),
+                None => return Ok(None),
+            },
+            Kind::Custom => match &root.custom {
+                Some(reg) => reg.ty.bind(py).clone().into_any(),
+                None => return Ok(None),
+            },
+        }))
+    }
+
+    /// Whether the treespec is a single leaf; with `strict=False`, any single node (None too).
+    #[pyo3(signature = (strict = true))]
+    fn is_leaf(&self, strict: bool) -> bool {
+        self.nodes.len() == 1 && (!strict || self.root().kind == Kind::Leaf)
+    }
+
+    /// The treespecs of the root's children, left to right.
+    fn children(&self, py: Python<'_>) -> Vec<PyTreeSpec> {
+        self.child_indices(self.nodes.len() - 1)
+            .into_iter()
+            .map(|i| self.subtree(py, i))
+            .collect()
+    }
+
+    /// The treespec of the root's `index`-th child.
+    fn child(&self, py: Python<'_>, index: isize) -> PyResult<PyTreeSpec> {
+        let children = self.child_indices(self.nodes.len() - 1);
+        let n = children.len() as isize;
+        if index < 0 || index >= n {
+            return Err(TreeError::Index(format!(
+                "PyTreeSpec.child: index {index} out of range for a node with {n} children"
+            ))
+            .into());
+        }
+        Ok(self.subtree(py, children[index as usize]))
+    }
+
+    /// Rebuild a tree of this structure from an iterable of leaves.
+    fn unflatten<'py>(&self, leaves: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        unflatten::unflatten_iterable(self, leaves)
+    }
+
+    /// The subtrees of `tree` at the places of this treespec's leaves; `tree` must have this
+    /// treespec as a prefix of its structure.
+    fn flatten_up_to<'py>(&self, tree: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        let py = tree.py();
+        let registry = crate::registry::snapshot();
+        let out = traverse::flatten_up_to(self, tree, &registry, None)?;
+        Ok(crate::api::list_from_vec(py, out))
+    }
+
+    /// The treespec made by replacing every leaf of this one with `inner`.
+    fn compose(&self, py: Python<'_>, inner: &PyTreeSpec) -> PyResult<PyTreeSpec> {
+        self.check_same_options(inner, "PyTreeSpec.compose")?;
+        let mut nodes =
+            Vec::with_capacity(self.nodes.len() + self.root().num_leaves * inner.nodes.len());
+        for node in &self.nodes {
+            if node.kind == Kind::Leaf {
+                nodes.extend(inner.nodes.iter().map(|n| n.clone_ref(py)));
+            } else {
+                let mut n = node.clone_ref(py);
+                n.num_leaves = node.num_leaves * inner.num_leaves();
+                n.num_nodes = node.num_nodes + node.num_leaves * (inner.root().num_nodes - 1);
+                nodes.push(n);
+            }
+        }
+        let namespace = if self.namespace.is_empty() {
+            &inner.namespace
+        } else {
+            &self.namespace
+        };
+        Ok(PyTreeSpec::new(nodes, self.none_is_leaf, namespace.clone()))
+    }
+
+    fn __len__(&self) -> usize {
+        self.num_leaves()
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        repr::repr(self, py)
+    }
+
+    fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
+        if let Some(h) = self.hash.get() {
+            return Ok(*h);
+        }
+        let h = compare::hash(self, py)?;
+        Ok(*self.hash.get_or_init(|| h))
+    }
+
+    fn __richcmp__(
+        &self,
+        other: &Bound<'_, PyAny>,
+        op: pyo3::basic::CompareOp,
+    ) -> PyResult<Py<PyAny>> {
+        use pyo3::basic::CompareOp;
+        let py = other.py();
+        let Ok(other) = other.cast::<PyTreeSpec>() else {
+            return Ok(py.NotImplemented());
+        };
+        let eq = compare::equal(self, other.get(), py)?;
+        Ok(match op {
+            CompareOp::Eq => eq.into_pyobject(py)?.to_owned().into_any().unbind(),
+            CompareOp::Ne => (!eq).into_pyobject(py)?.to_owned().into_any().unbind(),
+            _ => py.NotImplemented(),
+        })
+    }
+
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        pickle::reduce(self, py)
+    }
+
+    fn __copy__(slf: PyRef<'_, Self>) -> Py<PyTreeSpec> {
+        slf.into()
+    }
+
+    fn __deepcopy__(slf: PyRef<'_, Self>, _memo: &Bound<'_, PyAny>) -> Py<PyTreeSpec> {
+        // Immutable: a deep copy may share everything.
+        slf.into()
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        // Only references this treespec owns are visited. The registrations behind custom
+        // nodes are shared through `Arc`s with the registry and other treespecs, so they are
+        // not ours to report. No `__clear__`: a treespec is immutable and created after all it
+        // holds, so every cycle through it passes through a mutable object that can be cleared.
+        for node in &self.nodes {
+            visit.call(&node.data)?;
+            visit.call(&node.keys)?;
+            visit.call(&node.insertion)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,261 @@
+//! Pickling: a flat, versioned state (one tuple per node, post-order), validated on load so a
+//! corrupted or hand-made state raises ValueError instead of building a broken treespec.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PySet, PyTuple, PyType};
+
+use super::{Node, PyTreeSpec};
+use crate::errors::TreeError;
+use crate::kind::Kind;
+use crate::registry;
+use crate::types;
+
+const STATE_VERSION: u32 = 1;
+
+fn opt<'py>(py: Python<'py>, v: &Option<Py<impl Sized>>) -> Bound<'py, PyAny> {
+    match v {
+        Some(o) => o.bind(py).clone().into_any(),
+        None => py.None().into_bound(py),
+    }
+}
+
+fn as_tuple<'py>(py: Python<'py>, keys: &Option<Py<PyList>>) -> Bound<'py, PyAny> {
+    match keys {
+        Some(k) => k.bind(py).to_tuple().into_any(),
+        None => py.None().into_bound(py),
+    }
+}
+
+pub fn state<'py>(spec: &PyTreeSpec, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+    let mut nodes = Vec::with_capacity(spec.nodes.len());
+    for node in &spec.nodes {
+        let custom_type = match &node.custom {
+            Some(reg) => reg.ty.bind(py).clone().into_any(),
+            None => py.None().into_bound(py),
+        };
+        nodes.push(PyTuple::new(
+            py,
+            [
+                (node.kind as u8).into_pyobject(py)?.into_any(),
+                node.arity.into_pyobject(py)?.into_any(),
+                opt(py, &node.data),
+                as_tuple(py, &node.keys),
+                as_tuple(py, &node.insertion),
+                custom_type,
+            ],
+        )?);
+    }
+    PyTuple::new(
+        py,
+        [
+            STATE_VERSION.into_pyobject(py)?.into_any(),
+            pyo3::types::PyBool::new(py, spec.none_is_leaf)
+                .to_owned()
+                .into_any(),
+            spec.namespace.clone().into_pyobject(py)?.into_any(),
+            PyTuple::new(py, nodes)?.into_any(),
+        ],
+    )
+}
+
+pub fn reduce<'py>(spec: &PyTreeSpec, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+    let module = py.import("oxtree._core")?;
+    let rebuild = module.getattr("_rebuild_treespec")?;
+    PyTuple::new(
+        py,
+        [rebuild, PyTuple::new(py, [state(spec, py)?])?.into_any()],
+    )
+}
+
+fn bad(msg: impl Into<String>) -> PyErr {
+    TreeError::Value(format!("invalid PyTreeSpec state: {}", msg.into())).into()
+}
+
+fn key_list<'py>(
+    obj: &Bound<'py, PyAny>,
+    what: &str,
+    i: usize,
+) -> PyResult<Option<Bound<'py, PyList>>> {
+    if obj.is_none() {
+        return Ok(None);
+    }
+    let t = obj
+        .cast::<PyTuple>()
+        .map_err(|_| bad(format!("node {i}: {what} must be a tuple")))?;
+    Ok(Some(t.to_list()))
+}
+
+/// Rebuilds a treespec from `__reduce__`'s state, checking every invariant.
+#[pyfunction]
+#[pyo3(name = "_rebuild_treespec")]
+pub fn rebuild_treespec(py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
+    let state = state.cast::<PyTuple>().map_err(|_| bad("not a tuple"))?;
+    if state.len() != 4 {
+        return Err(bad(format!("expected 4 fields, got {}", state.len())));
+    }
+    let version: u32 = state
+        .get_item(0)?
+        .extract()
+        .map_err(|_| bad("bad version"))?;
+    if version != STATE_VERSION {
+        return Err(bad(format!(
+            "unknown version {version} (this oxtree reads version {STATE_VERSION})"
+        )));
+    }
+    let none_is_leaf: bool = state
+        .get_item(1)?
+        .extract()
+        .map_err(|_| bad("none_is_leaf must be a bool"))?;
+    let namespace: String = state
+        .get_item(2)?
+        .extract()
+        .map_err(|_| bad("namespace must be a str"))?;
+    let raw = state.get_item(3)?;
+    let raw = raw
+        .cast::<PyTuple>()
+        .map_err(|_| bad("nodes must be a tuple"))?;
+    if raw.is_empty() {
+        return Err(bad("no nodes"));
+    }
+    let reg = registry::snapshot();
+    // (num_leaves, num_nodes) of each completed subtree not yet claimed by a parent.
+    let mut pending: Vec<(usize, usize)> = Vec::new();
+    let mut nodes = Vec::with_capacity(raw.len());
+    for (i, item) in raw.iter().enumerate() {
+        let t = item
+            .cast::<PyTuple>()
+            .map_err(|_| bad(format!("node {i} is not a tuple")))?;
+        if t.len() != 6 {
+            return Err(bad(format!("node {i} has {} fields, expected 6", t.len())));
+        }
+        let kind_no: u8 = t
+            .get_item(0)?
+            .extract()
+            .map_err(|_| bad(format!("node {i}: bad kind")))?;
+        let kind = Kind::from_u8(kind_no)
+            .ok_or_else(|| bad(format!("node {i}: unknown kind {kind_no}")))?;
+        let arity: usize = t
+            .get_item(1)?
+            .extract()
+            .map_err(|_| bad(format!("node {i}: bad arity")))?;
+        let data = t.get_item(2)?;
+        let keys = key_list(&t.get_item(3)?, "keys", i)?;
+        let insertion = key_list(&t.get_item(4)?, "insertion order", i)?;
+        let custom_type = t.get_item(5)?;
+        if arity > pending.len() {
+            return Err(bad(format!(
+                "node {i} claims {arity} children but only {} precede it",
+                pending.len()
+            )));
+        }
+        let mut node = Node::bare(kind, arity, 0, 0);
+        let data_none = data.is_none();
+        match kind {
+            Kind::Leaf | Kind::None | Kind::Tuple | Kind::List => {
+                if (matches!(kind, Kind::Leaf | Kind::None) && arity != 0)
+                    || !data_none
+                    || keys.is_some()
+                {
+                    return Err(bad(format!("node {i}: malformed {kind:?} node")));
+                }
+            }
+            Kind::Dict | Kind::OrderedDict | Kind::DefaultDict => {
+                let k =
+                    keys.ok_or_else(|| bad(format!("node {i}: a mapping node needs its keys")))?;
+                if k.len() != arity {
+                    return Err(bad(format!(
+                        "node {i}: {} keys for {arity} children",
+                        k.len()
+                    )));
+                }
+                if let Some(order) = &insertion {
+                    if kind == Kind::OrderedDict || order.len() != arity {
+                        return Err(bad(format!("node {i}: bad insertion order")));
+                    }
+                    let a = PySet::new(py, k.iter())?;
+                    let b = PySet::new(py, order.iter())?;
+                    if a.len() != arity || !a.eq(&b)? {
+                        return Err(bad(format!(
+                            "node {i}: the insertion order is not a permutation of the keys"
+                        )));
+                    }
+                }
+                if kind == Kind::DefaultDict {
+                    if !data_none && !data.is_callable() {
+                        return Err(bad(format!(
+                            "node {i}: a defaultdict factory must be callable or None"
+                        )));
+                    }
+                    node.data = Some(data.unbind());
+                } else if !data_none {
+                    return Err(bad(format!("node {i}: unexpected data for a mapping")));
+                }
+                node.keys = Some(k.unbind());
+                node.insertion = insertion.map(Bound::unbind);
+            }
+            Kind::NamedTuple | Kind::StructSeq => {
+                let ty = data
+                    .cast::<PyType>()
+                    .map_err(|_| bad(format!("node {i}: expected a type")))?;
+                let ok = if kind == Kind::NamedTuple {
+                    types::is_namedtuple_class(ty)
+                } else {
+                    types::is_structseq_class(ty)
+                };
+                if !ok || types::field_names(ty, kind)?.len() != arity {
+                    return Err(bad(format!(
+                        "node {i}: {} does not fit a {kind:?} node of arity {arity}",
+                        ty.name()?
+                    )));
+                }
+                node.data = Some(data.unbind());
+            }
+            Kind::Deque => {
+                if !data_none {
+                    let m: isize = data
+                        .extract()
+                        .map_err(|_| bad(format!("node {i}: maxlen must be an int or None")))?;
+                    if m < 0 || (m as usize) < arity {
+                        return Err(bad(format!(
+                            "node {i}: maxlen {m} cannot hold {arity} items"
+                        )));
+                    }
+                }
+                node.data = Some(data.unbind());
+            }
+            Kind::Custom => {
+                let ty = custom_type
+                    .cast::<PyType>()
+                    .map_err(|_| bad(format!("node {i}: a custom node needs its type")))?;
+                let found = reg.lookup(ty.as_ptr().cast(), &namespace).ok_or_else(|| {
+                    bad(format!(
+                        "node {i}: {} is not a registered pytree node type in this process",
+                        ty.name().map(|n| n.to_string()).unwrap_or_default()
+                    ))
+                })?;
+                node.custom = Some(found.clone());
+                node.data = Some(data.unbind());
+            }
+        }
+        let (mut leaves, mut count) = match kind {
+            Kind::Leaf => (1, 1),
+            _ => (0, 1),
+        };
+        for _ in 0..arity {
+            let (l, n) = pending.pop().expect("checked above");
+            leaves += l;
+            count += n;
+        }
+        node.num_leaves = leaves;
+        node.num_nodes = count;
+        pending.push((leaves, count));
+        nodes.push(node);
+    }
+    if pending.len() != 1 {
+        return Err(bad(format!(
+            "the nodes form {} trees, not one",
+            pending.len()
+        )));
+    }
+    Ok(PyTreeSpec::new(nodes, none_is_leaf, namespace))
+}

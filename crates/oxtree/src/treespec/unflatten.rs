@@ -1,0 +1,191 @@
+//! Rebuilding trees from leaves: one loop over the post-order nodes with a value stack.
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+
+use super::{Node, PyTreeSpec};
+use crate::errors::{type_name, TreeError};
+use crate::kind::Kind;
+use crate::types;
+
+/// `spec.unflatten(leaves)` for any iterable of leaves.
+pub fn unflatten_iterable<'py>(
+    spec: &PyTreeSpec,
+    leaves: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = leaves.py();
+    let vec: Vec<Bound<'py, PyAny>> = if let Ok(list) = leaves.cast::<PyList>() {
+        list.iter().collect()
+    } else if let Ok(tuple) = leaves.cast::<PyTuple>() {
+        tuple.iter().collect()
+    } else {
+        let iter = leaves.try_iter().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "leaves must be an iterable of leaves, got {}",
+                type_name(leaves)
+            ))
+        })?;
+        iter.collect::<PyResult<_>>()?
+    };
+    build(py, spec, vec)
+}
+
+/// Builds the tree of `spec` from exactly `spec.num_leaves()` leaves, consuming them.
+pub fn build<'py>(
+    py: Python<'py>,
+    spec: &PyTreeSpec,
+    leaves: Vec<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let expected = spec.num_leaves();
+    if leaves.len() != expected {
+        return Err(TreeError::LeafCount {
+            expected,
+            got: leaves.len(),
+            spec: super::repr::repr(spec, py).unwrap_or_else(|_| "PyTreeSpec".into()),
+        }
+        .into());
+    }
+    let mut leaves = leaves.into_iter();
+    let mut stack: Vec<Bound<'py, PyAny>> = Vec::new();
+    for node in &spec.nodes {
+        match node.kind {
+            Kind::Leaf => stack.push(leaves.next().expect("the leaf count was checked")),
+            Kind::None => stack.push(py.None().into_bound(py)),
+            _ => {
+                let start = stack.len() - node.arity;
+                let obj = make_node(py, node, stack.drain(start..))?;
+                stack.push(obj);
+            }
+        }
+    }
+    Ok(stack.pop().expect("a treespec has a root"))
+}
+
+/// A new tuple that takes over the references of `items`.
+pub fn tuple_from<'py>(
+    py: Python<'py>,
+    items: impl ExactSizeIterator<Item = Bound<'py, PyAny>>,
+) -> Bound<'py, PyTuple> {
+    let n = items.len();
+    // SAFETY: PyTuple_New returns a new tuple of `n` NULL slots (or NULL on memory error,
+    // which `from_owned_ptr` turns into a panic caught at the boundary); every slot is then
+    // filled exactly once with a reference it steals.
+    unsafe {
+        let t = ffi::PyTuple_New(n as ffi::Py_ssize_t);
+        let t = Bound::from_owned_ptr(py, t);
+        let mut i = 0;
+        for item in items.take(n) {
+            ffi::PyTuple_SET_ITEM(t.as_ptr(), i as ffi::Py_ssize_t, item.into_ptr());
+            i += 1;
+        }
+        assert_eq!(
+            i, n,
+            "an ExactSizeIterator yielded fewer items than it promised"
+        );
+        t.cast_into_unchecked()
+    }
+}
+
+/// A new list that takes over the references of `items`.
+pub fn list_from<'py>(
+    py: Python<'py>,
+    items: impl ExactSizeIterator<Item = Bound<'py, PyAny>>,
+) -> Bound<'py, PyList> {
+    let n = items.len();
+    // SAFETY: as in `tuple_from`: a new list of `n` NULL slots, each filled once by a stolen
+    // reference before the list is seen by any other code.
+    unsafe {
+        let l = ffi::PyList_New(n as ffi::Py_ssize_t);
+        let l = Bound::from_owned_ptr(py, l);
+        let mut i = 0;
+        for item in items.take(n) {
+            ffi::PyList_SET_ITEM(l.as_ptr(), i as ffi::Py_ssize_t, item.into_ptr());
+            i += 1;
+        }
+        assert_eq!(
+            i, n,
+            "an ExactSizeIterator yielded fewer items than it promised"
+        );
+        l.cast_into_unchecked()
+    }
+}
+
+/// Fills a mapping: keys in insertion order first (when it differs from leaf order), then
+/// the values in leaf order, so the result keeps the original dict's order.
+fn fill_mapping<'py>(
+    py: Python<'py>,
+    target: &Bound<'py, PyAny>,
+    node: &Node,
+    children: impl Iterator<Item = Bound<'py, PyAny>>,
+) -> PyResult<()> {
+    let keys = node
+        .keys
+        .as_ref()
+        .expect("mapping nodes keep their keys")
+        .bind(py);
+    if let Some(order) = &node.insertion {
+        for key in order.bind(py).iter() {
+            target.set_item(key, py.None())?;
+        }
+    }
+    for (key, value) in keys.iter().zip(children) {
+        target.set_item(key, value)?;
+    }
+    Ok(())
+}
+
+fn make_node<'py>(
+    py: Python<'py>,
+    node: &Node,
+    children: impl ExactSizeIterator<Item = Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let data = || {
+        node.data
+            .as_ref()
+            .expect("this node kind keeps its data")
+            .bind(py)
+    };
+    Ok(match node.kind {
+        Kind::Tuple => tuple_from(py, children).into_any(),
+        Kind::List => list_from(py, children).into_any(),
+        Kind::Dict => {
+            let d = PyDict::new(py).into_any();
+            fill_mapping(py, &d, node, children)?;
+            d
+        }
+        Kind::NamedTuple => data().call1(tuple_from(py, children))?,
+        Kind::StructSeq => data().call1((tuple_from(py, children),))?,
+        Kind::OrderedDict => {
+            let d = types::collections(py).ordered_dict.bind(py).call0()?;
+            fill_mapping(py, &d, node, children)?;
+            d
+        }
+        Kind::DefaultDict => {
+            let d = types::collections(py)
+                .default_dict
+                .bind(py)
+                .call1((data(),))?;
+            fill_mapping(py, &d, node, children)?;
+            d
+        }
+        Kind::Deque => {
+            let items = list_from(py, children);
+            types::collections(py)
+                .deque
+                .bind(py)
+                .call1((items, data()))?
+        }
+        Kind::Custom => {
+            let reg = node
+                .custom
+                .as_ref()
+                .expect("custom nodes keep their registration");
+            reg.unflatten
+                .bind(py)
+                .call1((data(), tuple_from(py, children)))?
+        }
+        Kind::Leaf | Kind::None => unreachable!("leaves and None have no children"),
+    })
+}

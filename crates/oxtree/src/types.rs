@@ -1,0 +1,173 @@
+//! Cached type pointers and the classification of tuple subclasses.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Mutex;
+
+use pyo3::ffi;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyTuple, PyType};
+
+use crate::kind::Kind;
+
+/// A hasher for keys that are already well-spread machine words (type pointers).
+#[derive(Default)]
+pub struct PtrHasher(u64);
+
+impl Hasher for PtrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_usize(&mut self, v: usize) {
+        // Type objects are 8-aligned: drop the zero bits, then spread with a Fibonacci multiply.
+        self.0 = ((v as u64) >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+pub type PtrMap<V> = HashMap<usize, V, BuildHasherDefault<PtrHasher>>;
+
+/// The `collections` types that are builtin nodes, imported once.
+pub struct Collections {
+    pub ordered_dict: Py<PyType>,
+    pub default_dict: Py<PyType>,
+    pub deque: Py<PyType>,
+}
+
+static COLLECTIONS: PyOnceLock<Collections> = PyOnceLock::new();
+
+pub fn collections(py: Python<'_>) -> &'static Collections {
+    COLLECTIONS.get_or_init(py, || {
+        let m = py
+            .import("collections")
+            .expect("the collections module always imports");
+        let get = |name: &str| -> Py<PyType> {
+            m.getattr(name)
+                .and_then(|t| Ok(t.cast_into::<PyType>()?))
+                .expect("collections defines its container types")
+                .unbind()
+        };
+        Collections {
+            ordered_dict: get("OrderedDict"),
+            default_dict: get("defaultdict"),
+            deque: get("deque"),
+        }
+    })
+}
+
+/// How many tuple subclasses the classification cache holds before it starts over. The cache
+/// keeps a strong reference to each type (so a pointer is never reused by another class while
+/// cached); the bound keeps classes created in a loop from piling up.
+const TUPLE_CACHE_LIMIT: usize = 256;
+
+/// Each cached class, kept alive while cached, with its kind.
+type TupleKindCache = PtrMap<(Py<PyType>, Kind)>;
+
+static TUPLE_KINDS: Mutex<Option<TupleKindCache>> = Mutex::new(None);
+
+/// Classifies a strict subclass of tuple: a namedtuple, a struct sequence, or a leaf.
+#[cold]
+pub fn tuple_subclass_kind(ty: &Bound<'_, PyType>) -> Kind {
+    let key = ty.as_ptr() as usize;
+    if let Ok(guard) = TUPLE_KINDS.lock() {
+        if let Some((_, kind)) = guard.as_ref().and_then(|m| m.get(&key)) {
+            return *kind;
+        }
+    }
+    let kind = if is_structseq_class(ty) {
+        Kind::StructSeq
+    } else if is_namedtuple_class(ty) {
+        Kind::NamedTuple
+    } else {
+        Kind::Leaf
+    };
+    if let Ok(mut guard) = TUPLE_KINDS.lock() {
+        let map = guard.get_or_insert_with(PtrMap::default);
+        if map.len() >= TUPLE_CACHE_LIMIT {
+            map.clear();
+        }
+        map.insert(key, (ty.clone().unbind(), kind));
+    }
+    kind
+}
+
+/// A namedtuple class: a tuple subclass whose `_fields` is a tuple of str, with `_make`.
+pub fn is_namedtuple_class(ty: &Bound<'_, PyType>) -> bool {
+    let py = ty.py();
+    let Ok(fields) = ty.getattr(intern!(py, "_fields")) else {
+        return false;
+    };
+    let Ok(fields) = fields.cast::<PyTuple>() else {
+        return false;
+    };
+    fields
+        .iter()
+        .all(|f| f.is_instance_of::<pyo3::types::PyString>())
+        && ty
+            .getattr(intern!(py, "_make"))
+            .map(|m| m.is_callable())
+            .unwrap_or(false)
+}
+
+/// A struct sequence class (`time.struct_time`, `os.stat_result`): a final tuple subclass
+/// with the integer attributes `n_fields`, `n_sequence_fields` and `n_unnamed_fields`.
+pub fn is_structseq_class(ty: &Bound<'_, PyType>) -> bool {
+    let py = ty.py();
+    // SAFETY: `ty` is a live type object; reading its flags has no side effects.
+    let flags = unsafe { ffi::PyType_GetFlags(ty.as_ptr().cast()) };
+    if flags & ffi::Py_TPFLAGS_BASETYPE != 0 {
+        return false;
+    }
+    [
+        intern!(py, "n_fields"),
+        intern!(py, "n_sequence_fields"),
+        intern!(py, "n_unnamed_fields"),
+    ]
+    .iter()
+    .all(|name| {
+        ty.getattr(name)
+            .map(|v| v.is_exact_instance_of::<pyo3::types::PyInt>())
+            .unwrap_or(false)
+    })
+}
+
+/// The field names of a namedtuple or struct sequence type, one per child; `None` for the
+/// unnamed fields a struct sequence may have (`os.stat_result` has three).
+pub fn field_names(ty: &Bound<'_, PyAny>, kind: Kind) -> PyResult<Vec<Option<String>>> {
+    let py = ty.py();
+    if kind == Kind::NamedTuple {
+        return ty
+            .getattr(intern!(py, "_fields"))?
+            .try_iter()?
+            .map(|f| Ok(Some(f?.extract::<String>()?)))
+            .collect();
+    }
+    // Struct sequences expose only their named fields (`__match_args__`); find each one's
+    // position by building an instance whose items are their own indices.
+    let n: usize = ty.getattr(intern!(py, "n_sequence_fields"))?.extract()?;
+    let probe = ty.call1((pyo3::types::PyTuple::new(py, 0..n)?,))?;
+    let mut names = vec![None; n];
+    for name in ty.getattr(intern!(py, "__match_args__"))?.try_iter()? {
+        let name = name?;
+        if let Ok(i) = probe
+            .getattr(name.cast::<pyo3::types::PyString>()?)?
+            .extract::<usize>()
+        {
+            if i < n {
+                names[i] = Some(name.extract::<String>()?);
+            }
+        }
+    }
+    Ok(names)
+}
+
+/// `module.qualname` of a type, as used to order dict keys of different types.
+pub fn qualified_name(ty: &Bound<'_, PyType>) -> PyResult<String> {
+    Ok(format!("{}.{}", ty.module()?, ty.qualname()?))
+}

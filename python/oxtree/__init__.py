@@ -1,0 +1,79 @@
+"""oxtree: fast, complete pytrees with a Rust core.
+
+The main package is a drop-in for optree: the same names, signatures and treespec reprs
+(``PyTreeSpec(...)``), dicts rebuilt in insertion order, and errors that name the key path
+where two trees part.
+
+>>> import oxtree
+>>> leaves, spec = oxtree.tree_flatten({'b': 1, 'a': (2, None)})
+>>> leaves, spec
+([2, 1], PyTreeSpec({'a': (*, None), 'b': *}))
+>>> oxtree.tree_unflatten(spec, [20, 10])
+{'b': 10, 'a': (20, None)}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from oxtree._core import (
+    GLOBAL_NAMESPACE,
+    MAX_RECURSION_DEPTH,
+    NONE_IS_LEAF,
+    NONE_IS_NODE,
+    PyTreeKind,
+    PyTreeSpec,
+    all_leaves,
+    tree_flatten,
+    tree_is_leaf,
+    tree_leaves,
+    tree_map,
+    tree_map_,
+    tree_structure,
+    tree_unflatten,
+)
+
+__version__ = "0.1.0"
+
+#: optree's and JAX's other name for a treespec.
+PyTreeDef = PyTreeSpec
+
+
+def tree_iter(
+    tree: Any,
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Iterator[Any]:
+    """An iterator over the leaves of ``tree``, left to right.
+
+    >>> list(tree_iter({'b': 2, 'a': [1, None]}))
+    [1, 2]
+    """
+    return iter(tree_leaves(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace))
+
+
+__all__ = [
+    "GLOBAL_NAMESPACE",
+    "MAX_RECURSION_DEPTH",
+    "NONE_IS_LEAF",
+    "NONE_IS_NODE",
+    "PyTreeDef",
+    "PyTreeKind",
+    "PyTreeSpec",
+    "all_leaves",
+    "tree_flatten",
+    "tree_is_leaf",
+    "tree_iter",
+    "tree_leaves",
+    "tree_map",
+    "tree_map_",
+    "tree_structure",
+    "tree_unflatten",
+]
+
+# Keep the imports used only for annotations visible to linters and readers.
+_ = (Iterable,)
