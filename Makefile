@@ -38,6 +38,7 @@ fmt: $(STAMP)
 
 test: lint build
 	cargo test --quiet
+	$(PY) -m mypy.stubtest oxtree._core
 	$(PY) -X dev -m pytest -q
 
 bench: build

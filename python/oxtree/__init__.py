@@ -14,7 +14,7 @@ where two trees part.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from oxtree._core import (
@@ -74,6 +74,3 @@ __all__ = [
     "tree_structure",
     "tree_unflatten",
 ]
-
-# Keep the imports used only for annotations visible to linters and readers.
-_ = (Iterable,)

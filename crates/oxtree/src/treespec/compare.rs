@@ -22,19 +22,12 @@ fn equal_objects(py: Python<'_>, a: &Option<Py<PyAny>>, b: &Option<Py<PyAny>>) -
 }
 
 fn equal_keys(py: Python<'_>, a: &Node, b: &Node) -> PyResult<bool> {
-    let (Some(x), Some(y)) = (&a.keys, &b.keys) else {
-        return Ok(a.keys.is_none() && b.keys.is_none());
-    };
-    let (x, y) = (x.bind(py), y.bind(py));
-    if x.len() != y.len() {
-        return Ok(false);
+    match (&a.keys, &b.keys) {
+        // One comparison of the two lists: CPython's list compare checks identity first and
+        // compares str keys without a Python-level call per key.
+        (Some(x), Some(y)) => Ok(x.as_ptr() == y.as_ptr() || x.bind(py).eq(y.bind(py))?),
+        (x, y) => Ok(x.is_none() && y.is_none()),
     }
-    for (k1, k2) in x.iter().zip(y.iter()) {
-        if !k1.is(&k2) && !k1.eq(&k2)? {
-            return Ok(false);
-        }
-    }
-    Ok(true)
 }
 
 fn equal_nodes(py: Python<'_>, a: &Node, b: &Node) -> PyResult<bool> {

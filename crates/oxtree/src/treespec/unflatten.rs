@@ -112,26 +112,69 @@ pub fn list_from<'py>(
     }
 }
 
-/// Fills a mapping: keys in insertion order first (when it differs from leaf order), then
-/// the values in leaf order, so the result keeps the original dict's order.
+/// Up to this many keys, a mapping's leaf positions are found by a linear scan.
+const SMALL_MAPPING: usize = 16;
+
+/// Fills a mapping in the original dict's order. Children come in leaf (sorted) order; when
+/// the insertion order differs, each key's leaf position is looked up by identity (the two
+/// key lists hold the same objects), so every key is inserted once.
 fn fill_mapping<'py>(
     py: Python<'py>,
     target: &Bound<'py, PyAny>,
     node: &Node,
-    children: impl Iterator<Item = Bound<'py, PyAny>>,
+    children: impl ExactSizeIterator<Item = Bound<'py, PyAny>>,
 ) -> PyResult<()> {
     let keys = node
         .keys
         .as_ref()
         .expect("mapping nodes keep their keys")
         .bind(py);
-    if let Some(order) = &node.insertion {
-        for key in order.bind(py).iter() {
-            target.set_item(key, py.None())?;
+    let exact_dict = target.is_exact_instance_of::<PyDict>();
+    let set = |key: &Bound<'py, PyAny>, value: &Bound<'py, PyAny>| -> PyResult<()> {
+        if exact_dict {
+            // SAFETY: `target` is an exact dict and both pointers are live; PyDict_SetItem
+            // does not steal references.
+            if unsafe { ffi::PyDict_SetItem(target.as_ptr(), key.as_ptr(), value.as_ptr()) } < 0 {
+                return Err(PyErr::fetch(py));
+            }
+            Ok(())
+        } else {
+            target.set_item(key, value)
         }
-    }
-    for (key, value) in keys.iter().zip(children) {
-        target.set_item(key, value)?;
+    };
+    match &node.insertion {
+        None => {
+            for (key, value) in keys.iter().zip(children) {
+                set(&key, &value)?;
+            }
+        }
+        Some(order) => {
+            let values: Vec<Bound<'py, PyAny>> = children.collect();
+            let order = order.bind(py);
+            if values.len() <= SMALL_MAPPING {
+                // Small dicts: a scan by identity beats building a hash map.
+                let leaf_keys: Vec<*mut ffi::PyObject> = keys.iter().map(|k| k.as_ptr()).collect();
+                for key in order.iter() {
+                    let i = leaf_keys
+                        .iter()
+                        .position(|&p| p == key.as_ptr())
+                        .expect("the insertion order holds the same key objects as the leaf order");
+                    set(&key, &values[i])?;
+                }
+            } else {
+                let mut position: types::PtrMap<usize> = types::PtrMap::default();
+                position.reserve(values.len());
+                for (i, key) in keys.iter().enumerate() {
+                    position.insert(key.as_ptr() as usize, i);
+                }
+                for key in order.iter() {
+                    let i = *position
+                        .get(&(key.as_ptr() as usize))
+                        .expect("the insertion order holds the same key objects as the leaf order");
+                    set(&key, &values[i])?;
+                }
+            }
+        }
     }
     Ok(())
 }

@@ -1,0 +1,139 @@
+"""Type stubs for oxtree's Rust extension."""
+
+from collections.abc import Callable, Iterable
+from enum import IntEnum
+from typing import Any, Final, TypeVar, final
+
+_T = TypeVar("_T")
+
+__all__ = [
+    "MAX_RECURSION_DEPTH",
+    "NONE_IS_LEAF",
+    "NONE_IS_NODE",
+    "GLOBAL_NAMESPACE",
+    "PyTreeSpec",
+    "PyTreeKind",
+    "tree_flatten",
+    "tree_leaves",
+    "tree_structure",
+    "tree_unflatten",
+    "tree_map",
+    "tree_map_",
+    "tree_is_leaf",
+    "all_leaves",
+    "_rebuild_treespec",
+]
+
+MAX_RECURSION_DEPTH: Final[int]
+NONE_IS_LEAF: Final[bool]
+NONE_IS_NODE: Final[bool]
+GLOBAL_NAMESPACE: Final[str]
+
+@final
+class PyTreeKind(IntEnum):
+    """The kind of a treespec's root node (optree's numbering)."""
+
+    CUSTOM = 0
+    LEAF = 1
+    NONE = 2
+    TUPLE = 3
+    LIST = 4
+    DICT = 5
+    NAMEDTUPLE = 6
+    ORDEREDDICT = 7
+    DEFAULTDICT = 8
+    DEQUE = 9
+    STRUCTSEQUENCE = 10
+
+@final
+class PyTreeSpec:
+    """An immutable, hashable, picklable tree structure."""
+
+    @property
+    def num_leaves(self) -> int: ...
+    @property
+    def num_nodes(self) -> int: ...
+    @property
+    def num_children(self) -> int: ...
+    @property
+    def none_is_leaf(self) -> bool: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def kind(self) -> PyTreeKind: ...
+    @property
+    def type(self) -> type | None: ...
+    def is_leaf(self, strict: bool = True) -> bool: ...
+    def children(self) -> list[PyTreeSpec]: ...
+    def child(self, index: int) -> PyTreeSpec: ...
+    def unflatten(self, leaves: Iterable[Any]) -> Any: ...
+    def flatten_up_to(self, tree: Any) -> list[Any]: ...
+    def compose(self, inner: PyTreeSpec) -> PyTreeSpec: ...
+    def __len__(self) -> int: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __ne__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __reduce__(self) -> tuple[Callable[..., PyTreeSpec], tuple[Any, ...]]: ...
+    def __copy__(self) -> PyTreeSpec: ...
+    def __deepcopy__(self, memo: Any) -> PyTreeSpec: ...
+
+def tree_flatten(
+    tree: Any,
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> tuple[list[Any], PyTreeSpec]: ...
+def tree_leaves(
+    tree: Any,
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> list[Any]: ...
+def tree_structure(
+    tree: Any,
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> PyTreeSpec: ...
+def tree_unflatten(treespec: PyTreeSpec, leaves: Iterable[Any]) -> Any: ...
+def tree_map(
+    func: Callable[..., Any],
+    tree: Any,
+    /,
+    *rests: Any,
+    is_leaf: Callable[[Any], bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Any: ...
+def tree_map_(
+    func: Callable[..., Any],
+    tree: _T,
+    /,
+    *rests: Any,
+    is_leaf: Callable[[Any], bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> _T: ...
+def tree_is_leaf(
+    tree: Any,
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> bool: ...
+def all_leaves(
+    iterable: Iterable[Any],
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> bool: ...
+def _rebuild_treespec(state: tuple[Any, ...]) -> PyTreeSpec: ...
