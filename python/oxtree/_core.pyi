@@ -29,7 +29,6 @@ NONE_IS_LEAF: Final[bool]
 NONE_IS_NODE: Final[bool]
 GLOBAL_NAMESPACE: Final[str]
 
-@final
 class PyTreeKind(IntEnum):
     """The kind of a treespec's root node (optree's numbering)."""
 

@@ -1,6 +1,8 @@
 //! The kinds of node a treedef is made of.
 
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyDict;
 
 /// The kind of a node, with optree's numbering (exposed to Python as `PyTreeKind`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -42,40 +44,49 @@ impl Kind {
     pub fn is_mapping(self) -> bool {
         matches!(self, Kind::Dict | Kind::OrderedDict | Kind::DefaultDict)
     }
-
-    pub fn to_py(self) -> PyTreeKind {
-        match self {
-            Kind::Custom => PyTreeKind::CUSTOM,
-            Kind::Leaf => PyTreeKind::LEAF,
-            Kind::None => PyTreeKind::NONE,
-            Kind::Tuple => PyTreeKind::TUPLE,
-            Kind::List => PyTreeKind::LIST,
-            Kind::Dict => PyTreeKind::DICT,
-            Kind::NamedTuple => PyTreeKind::NAMEDTUPLE,
-            Kind::OrderedDict => PyTreeKind::ORDEREDDICT,
-            Kind::DefaultDict => PyTreeKind::DEFAULTDICT,
-            Kind::Deque => PyTreeKind::DEQUE,
-            Kind::StructSeq => PyTreeKind::STRUCTSEQUENCE,
-        }
-    }
 }
 
-/// The kind of a treespec's root node (optree's numbering).
-#[pyclass(eq, eq_int, frozen, hash, module = "oxtree", name = "PyTreeKind")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[allow(clippy::upper_case_acronyms, non_camel_case_types)]
-pub enum PyTreeKind {
-    CUSTOM = 0,
-    LEAF = 1,
-    NONE = 2,
-    TUPLE = 3,
-    LIST = 4,
-    DICT = 5,
-    NAMEDTUPLE = 6,
-    ORDEREDDICT = 7,
-    DEFAULTDICT = 8,
-    DEQUE = 9,
-    STRUCTSEQUENCE = 10,
+/// Python's `PyTreeKind`: an `enum.IntEnum` (as optree's is), made once at import.
+static PY_TREE_KIND: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+const NAMES: [&str; 11] = [
+    "CUSTOM",
+    "LEAF",
+    "NONE",
+    "TUPLE",
+    "LIST",
+    "DICT",
+    "NAMEDTUPLE",
+    "ORDEREDDICT",
+    "DEFAULTDICT",
+    "DEQUE",
+    "STRUCTSEQUENCE",
+];
+
+/// The `PyTreeKind` enum class.
+pub fn py_tree_kind(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    let cls = PY_TREE_KIND.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        let members: Vec<(&str, usize)> = NAMES.iter().enumerate().map(|(i, n)| (*n, i)).collect();
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("module", "oxtree")?;
+        let cls = py
+            .import("enum")?
+            .getattr("IntEnum")?
+            .call(("PyTreeKind", members), Some(&kwargs))?;
+        cls.setattr(
+            "__doc__",
+            "The kind of a treespec's root node (optree's numbering).",
+        )?;
+        Ok(cls.unbind())
+    })?;
+    Ok(cls.bind(py))
+}
+
+impl Kind {
+    /// This kind as a member of Python's `PyTreeKind`.
+    pub fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        py_tree_kind(py)?.call1((self as u8,))
+    }
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("NONE_IS_NODE", false)?;
     m.add("GLOBAL_NAMESPACE", "")?;
     m.add_class::<treespec::PyTreeSpec>()?;
-    m.add_class::<kind::PyTreeKind>()?;
+    m.add("PyTreeKind", kind::py_tree_kind(m.py())?)?;
     api::register(m)?;
     Ok(())
 }

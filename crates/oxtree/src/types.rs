@@ -61,23 +61,34 @@ pub fn collections(py: Python<'_>) -> &'static Collections {
     })
 }
 
-/// How many tuple subclasses the classification cache holds before it starts over. The cache
-/// keeps a strong reference to each type (so a pointer is never reused by another class while
-/// cached); the bound keeps classes created in a loop from piling up.
-const TUPLE_CACHE_LIMIT: usize = 256;
+/// How many tuple subclasses the classification cache holds before it starts over.
+const TUPLE_CACHE_LIMIT: usize = 1024;
 
-/// Each cached class, kept alive while cached, with its kind.
-type TupleKindCache = PtrMap<(Py<PyType>, Kind)>;
+/// Tuple subclasses already classified: type address -> (the type's version tag, kind).
+///
+/// No reference to the type is kept, so caching never keeps a class alive. A cached entry
+/// counts only while the type at that address still carries the same valid version tag:
+/// CPython gives every type a fresh tag from a global counter and drops it when the type is
+/// modified, so a class freed and replaced by another at the same address, or a class whose
+/// attributes changed, misses the cache and is classified again.
+static TUPLE_KINDS: Mutex<Option<PtrMap<(u32, Kind)>>> = Mutex::new(None);
 
-static TUPLE_KINDS: Mutex<Option<TupleKindCache>> = Mutex::new(None);
+fn version_tag(ty: &Bound<'_, PyType>) -> Option<u32> {
+    let raw: *mut ffi::PyTypeObject = ty.as_ptr().cast();
+    // SAFETY: `ty` is a live type object; these two fields are plain data.
+    let (flags, tag) = unsafe { ((*raw).tp_flags, (*raw).tp_version_tag) };
+    (flags & ffi::Py_TPFLAGS_VALID_VERSION_TAG != 0 && tag != 0).then_some(tag)
+}
 
 /// Classifies a strict subclass of tuple: a namedtuple, a struct sequence, or a leaf.
 #[cold]
 pub fn tuple_subclass_kind(ty: &Bound<'_, PyType>) -> Kind {
     let key = ty.as_ptr() as usize;
-    if let Ok(guard) = TUPLE_KINDS.lock() {
-        if let Some((_, kind)) = guard.as_ref().and_then(|m| m.get(&key)) {
-            return *kind;
+    if let (Some(tag), Ok(guard)) = (version_tag(ty), TUPLE_KINDS.lock()) {
+        if let Some(&(cached, kind)) = guard.as_ref().and_then(|m| m.get(&key)) {
+            if cached == tag {
+                return kind;
+            }
         }
     }
     let kind = if is_structseq_class(ty) {
@@ -87,12 +98,13 @@ pub fn tuple_subclass_kind(ty: &Bound<'_, PyType>) -> Kind {
     } else {
         Kind::Leaf
     };
-    if let Ok(mut guard) = TUPLE_KINDS.lock() {
+    // The attribute lookups above have given the type a version tag if it can have one.
+    if let (Some(tag), Ok(mut guard)) = (version_tag(ty), TUPLE_KINDS.lock()) {
         let map = guard.get_or_insert_with(PtrMap::default);
         if map.len() >= TUPLE_CACHE_LIMIT {
             map.clear();
         }
-        map.insert(key, (ty.clone().unbind(), kind));
+        map.insert(key, (tag, kind));
     }
     kind
 }

@@ -346,11 +346,8 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
                 (keys, None)
             } else {
                 let sorted = sort_keys(&keys)?;
-                if same_order(&sorted, &keys) {
-                    (sorted, None)
-                } else {
-                    (sorted, Some(keys))
-                }
+                let insertion = insertion_positions(&sorted, &keys);
+                (sorted, insertion)
             }
         };
         let n = keys.len();
@@ -372,7 +369,7 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
             node.data = Some(obj.getattr(intern!(py, "default_factory"))?.unbind());
         }
         node.keys = Some(keys.unbind());
-        node.insertion = insertion.map(Bound::unbind);
+        node.insertion = insertion;
         Ok(Frame::new(obj, items, node))
     }
 
@@ -506,9 +503,42 @@ pub fn iter_to_list<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>
     }
 }
 
-/// True when two lists hold the same objects in the same order.
-fn same_order(a: &Bound<'_, PyList>, b: &Bound<'_, PyList>) -> bool {
-    a.len() == b.len() && a.iter().zip(b.iter()).all(|(x, y)| x.is(&y))
+/// Up to this many keys, leaf positions are found by a linear scan rather than a hash map.
+const SMALL_MAPPING: usize = 16;
+
+/// For each key in insertion order, its position in leaf (sorted) order; `None` when the two
+/// orders agree. Both lists hold the same key objects, so positions are found by identity.
+fn insertion_positions(
+    sorted: &Bound<'_, PyList>,
+    insertion: &Bound<'_, PyList>,
+) -> Option<Box<[usize]>> {
+    let leaf: Vec<*mut ffi::PyObject> = sorted.iter().map(|k| k.as_ptr()).collect();
+    let order: Vec<*mut ffi::PyObject> = insertion.iter().map(|k| k.as_ptr()).collect();
+    if leaf == order {
+        return None;
+    }
+    let positions: Option<Vec<usize>> = if leaf.len() <= SMALL_MAPPING {
+        order
+            .iter()
+            .map(|p| leaf.iter().position(|q| q == p))
+            .collect()
+    } else {
+        let mut at: types::PtrMap<usize> = types::PtrMap::default();
+        at.reserve(leaf.len());
+        for (i, p) in leaf.iter().enumerate() {
+            at.insert(*p as usize, i);
+        }
+        order
+            .iter()
+            .map(|p| at.get(&(*p as usize)).copied())
+            .collect()
+    };
+    // Sorting only permutes the keys, so every key is found.
+    Some(
+        positions
+            .expect("the sorted keys are the same objects as the dict's keys")
+            .into_boxed_slice(),
+    )
 }
 
 /// The keys in sorted order, as a new list. Keys that cannot be compared with each other

@@ -19,7 +19,7 @@ use pyo3::types::{PyList, PyTuple};
 use pyo3::PyTraverseError;
 
 use crate::errors::TreeError;
-use crate::kind::{Kind, PyTreeKind};
+use crate::kind::Kind;
 use crate::paths::{self, PathEntry};
 use crate::registry::Registration;
 use crate::types;
@@ -51,8 +51,9 @@ pub struct Node {
     /// Mapping kinds: the keys in leaf order (sorted for dict and defaultdict, insertion order
     /// for OrderedDict). Private: never handed out without a copy.
     pub keys: Option<Py<PyList>>,
-    /// Dict and defaultdict: the keys in insertion order, when it differs from `keys`.
-    pub insertion: Option<Py<PyList>>,
+    /// Dict and defaultdict, when the insertion order differs from `keys`: the leaf position
+    /// of each key in insertion order (a permutation of `0..arity`).
+    pub insertion: Option<Box<[usize]>>,
     /// Custom nodes: how to put the node back together.
     pub custom: Option<Arc<Registration>>,
 }
@@ -82,7 +83,7 @@ impl Node {
             num_nodes: self.num_nodes,
             data: self.data.as_ref().map(|d| d.clone_ref(py)),
             keys: self.keys.as_ref().map(|d| d.clone_ref(py)),
-            insertion: self.insertion.as_ref().map(|d| d.clone_ref(py)),
+            insertion: self.insertion.clone(),
             custom: self.custom.clone(),
         }
     }
@@ -235,8 +236,8 @@ impl PyTreeSpec {
 
     /// The kind of the root node.
     #[getter]
-    fn kind(&self) -> PyTreeKind {
-        self.root().kind.to_py()
+    fn kind<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.root().kind.to_py(py)
     }
 
     /// The type of the root node (None for a leaf).
@@ -289,6 +290,7 @@ impl PyTreeSpec {
     fn child(&self, py: Python<'_>, index: isize) -> PyResult<PyTreeSpec> {
         let children = self.child_indices(self.nodes.len() - 1);
         let n = children.len() as isize;
+        let index = if index < 0 { index + n } else { index };
         if index < 0 || index >= n {
             return Err(TreeError::Index(format!(
                 "PyTreeSpec.child: index {index} out of range for a node with {n} children"
@@ -390,7 +392,6 @@ impl PyTreeSpec {
         for node in &self.nodes {
             visit.call(&node.data)?;
             visit.call(&node.keys)?;
-            visit.call(&node.insertion)?;
         }
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! corrupted or hand-made state raises ValueError instead of building a broken treespec.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PySet, PyTuple, PyType};
+use pyo3::types::{PyList, PyTuple, PyType};
 
 use super::{Node, PyTreeSpec};
 use crate::errors::TreeError;
@@ -40,7 +40,10 @@ pub fn state<'py>(spec: &PyTreeSpec, py: Python<'py>) -> PyResult<Bound<'py, PyT
                 node.arity.into_pyobject(py)?.into_any(),
                 opt(py, &node.data),
                 as_tuple(py, &node.keys),
-                as_tuple(py, &node.insertion),
+                match &node.insertion {
+                    Some(pos) => PyTuple::new(py, pos.iter())?.into_any(),
+                    None => py.None().into_bound(py),
+                },
                 custom_type,
             ],
         )?);
@@ -71,6 +74,18 @@ fn bad(msg: impl Into<String>) -> PyErr {
     TreeError::Value(format!("invalid PyTreeSpec state: {}", msg.into())).into()
 }
 
+fn positions(obj: &Bound<'_, PyAny>, i: usize) -> PyResult<Option<Box<[usize]>>> {
+    if obj.is_none() {
+        return Ok(None);
+    }
+    let v: Vec<usize> = obj.extract().map_err(|_| {
+        bad(format!(
+            "node {i}: the insertion order must be a tuple of ints"
+        ))
+    })?;
+    Ok(Some(v.into_boxed_slice()))
+}
+
 fn key_list<'py>(
     obj: &Bound<'py, PyAny>,
     what: &str,
@@ -88,7 +103,7 @@ fn key_list<'py>(
 /// Rebuilds a treespec from `__reduce__`'s state, checking every invariant.
 #[pyfunction]
 #[pyo3(name = "_rebuild_treespec")]
-pub fn rebuild_treespec(py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
+pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
     let state = state.cast::<PyTuple>().map_err(|_| bad("not a tuple"))?;
     if state.len() != 4 {
         return Err(bad(format!("expected 4 fields, got {}", state.len())));
@@ -140,7 +155,7 @@ pub fn rebuild_treespec(py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<Py
             .map_err(|_| bad(format!("node {i}: bad arity")))?;
         let data = t.get_item(2)?;
         let keys = key_list(&t.get_item(3)?, "keys", i)?;
-        let insertion = key_list(&t.get_item(4)?, "insertion order", i)?;
+        let insertion = positions(&t.get_item(4)?, i)?;
         let custom_type = t.get_item(5)?;
         if arity > pending.len() {
             return Err(bad(format!(
@@ -169,12 +184,13 @@ pub fn rebuild_treespec(py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<Py
                     )));
                 }
                 if let Some(order) = &insertion {
-                    if kind == Kind::OrderedDict || order.len() != arity {
-                        return Err(bad(format!("node {i}: bad insertion order")));
-                    }
-                    let a = PySet::new(py, k.iter())?;
-                    let b = PySet::new(py, order.iter())?;
-                    if a.len() != arity || !a.eq(&b)? {
+                    let mut seen = vec![false; arity];
+                    let is_permutation = kind != Kind::OrderedDict
+                        && order.len() == arity
+                        && order
+                            .iter()
+                            .all(|&p| p < arity && !std::mem::replace(&mut seen[p], true));
+                    if !is_permutation {
                         return Err(bad(format!(
                             "node {i}: the insertion order is not a permutation of the keys"
                         )));
@@ -191,7 +207,7 @@ pub fn rebuild_treespec(py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<Py
                     return Err(bad(format!("node {i}: unexpected data for a mapping")));
                 }
                 node.keys = Some(k.unbind());
-                node.insertion = insertion.map(Bound::unbind);
+                node.insertion = insertion;
             }
             Kind::NamedTuple | Kind::StructSeq => {
                 let ty = data

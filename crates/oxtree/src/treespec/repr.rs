@@ -92,8 +92,13 @@ pub fn body(spec: &PyTreeSpec, py: Python<'_>) -> PyResult<String> {
                 } else {
                     format!("], maxlen={})", repr_of(maxlen)?)
                 };
-                if node.arity == 0 && maxlen.is_none() {
-                    ("deque()".into(), String::new(), None)
+                if node.arity == 0 {
+                    let open = if maxlen.is_none() {
+                        "deque()".to_string()
+                    } else {
+                        format!("deque(maxlen={})", repr_of(maxlen)?)
+                    };
+                    (open, String::new(), None)
                 } else {
                     ("deque([".into(), close, None)
                 }

@@ -112,12 +112,9 @@ pub fn list_from<'py>(
     }
 }
 
-/// Up to this many keys, a mapping's leaf positions are found by a linear scan.
-const SMALL_MAPPING: usize = 16;
-
 /// Fills a mapping in the original dict's order. Children come in leaf (sorted) order; when
-/// the insertion order differs, each key's leaf position is looked up by identity (the two
-/// key lists hold the same objects), so every key is inserted once.
+/// the insertion order differs, the node's recorded positions give it, so every key is
+/// inserted once.
 fn fill_mapping<'py>(
     py: Python<'py>,
     target: &Bound<'py, PyAny>,
@@ -148,31 +145,10 @@ fn fill_mapping<'py>(
                 set(&key, &value)?;
             }
         }
-        Some(order) => {
+        Some(positions) => {
             let values: Vec<Bound<'py, PyAny>> = children.collect();
-            let order = order.bind(py);
-            if values.len() <= SMALL_MAPPING {
-                // Small dicts: a scan by identity beats building a hash map.
-                let leaf_keys: Vec<*mut ffi::PyObject> = keys.iter().map(|k| k.as_ptr()).collect();
-                for key in order.iter() {
-                    let i = leaf_keys
-                        .iter()
-                        .position(|&p| p == key.as_ptr())
-                        .expect("the insertion order holds the same key objects as the leaf order");
-                    set(&key, &values[i])?;
-                }
-            } else {
-                let mut position: types::PtrMap<usize> = types::PtrMap::default();
-                position.reserve(values.len());
-                for (i, key) in keys.iter().enumerate() {
-                    position.insert(key.as_ptr() as usize, i);
-                }
-                for key in order.iter() {
-                    let i = *position
-                        .get(&(key.as_ptr() as usize))
-                        .expect("the insertion order holds the same key objects as the leaf order");
-                    set(&key, &values[i])?;
-                }
+            for &i in positions.iter() {
+                set(&keys.get_item(i)?, &values[i])?;
             }
         }
     }

@@ -1,0 +1,829 @@
+"""Every error path of the tree engine: exception types, message contents, and no side effects.
+
+oxtree's messages are meant to be better than optree's: structure mismatches name the key path
+where the trees part (in keystr form, rooted at `tree`) and both node types; unflatten names both
+leaf counts; cycles are reported as such instead of as a plain recursion overflow.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+import sys
+import time
+from collections import OrderedDict, defaultdict, deque
+from typing import Any
+
+import optree
+import oxtree
+import pytest
+from helpers import GMTIME, Pair, Point, assert_same_leaves, parametrize
+
+# --------------------------------------------------------------------------------------------------
+# Helpers.
+
+
+def mentions_path(message: str, path: str) -> bool:
+    """`path` occurs in `message` as a whole path (not as a prefix of a longer path)."""
+    if path == "tree":
+        return re.search(r"(?<![\w.\]'])tree(?![\w\[]|\.\w)", message) is not None
+    return re.search(re.escape(path) + r"(?![\w\[]|\.\w)", message) is not None
+
+
+def mentions_number(message: str, number: int) -> bool:
+    return re.search(rf"(?<![\w.]){number}(?![\w.]|\.\d)", message) is not None
+
+
+def snapshot(obj: Any) -> tuple[str, Any]:
+    """Something to compare an argument with after a failing call (repr keeps dict order)."""
+    return repr(obj), copy.deepcopy(obj)
+
+
+def assert_unchanged(obj: Any, before: tuple[str, Any]) -> None:
+    text, clone = before
+    assert repr(obj) == text
+    assert obj == clone
+
+
+# --------------------------------------------------------------------------------------------------
+# Structure mismatches: tree_map with several trees, tree_map_, PyTreeSpec.flatten_up_to.
+
+MISMATCHES: dict[str, tuple[Any, Any, str, list[str], bool]] = {
+    # name: (first, other, path where they part, words the message must contain, none_is_leaf)
+    "issue_example": (
+        (1, {"a": 1, "b": (1, 2)}),
+        (1, {"a": 1, "b": [1, 2]}),
+        "tree[1]['b']",
+        ["tuple", "list"],
+        False,
+    ),
+    "root_tuple_vs_list": ((1, 2), [1, 2], "tree", ["tuple", "list"], False),
+    "root_dict_vs_list": ({"a": 1}, [1], "tree", ["dict", "list"], False),
+    "root_tuple_arity": ((0,) * 4, (0,) * 7, "tree", ["4", "7"], False),
+    "list_arity": ([[0] * 4], [[0] * 7], "tree[0]", ["4", "7"], False),
+    "deque_arity": ({"q": deque([0] * 4)}, {"q": deque([0] * 7)}, "tree['q']", ["4", "7"], False),
+    "namedtuple_vs_tuple": ([Point(1, 2)], [(1, 2)], "tree[0]", ["Point", "tuple"], False),
+    "tuple_vs_namedtuple": ([(1, 2)], [Point(1, 2)], "tree[0]", ["Point", "tuple"], False),
+    "two_namedtuple_classes": ([Point(1, 2)], [Pair(1, 2)], "tree[0]", ["Point", "Pair"], False),
+    "namedtuple_field": (
+        Point(x=1, y=(1, 2)),
+        Point(x=1, y=[1, 2]),
+        "tree.y",
+        ["tuple", "list"],
+        False,
+    ),
+    "struct_time_vs_tuple": ([GMTIME], [tuple(GMTIME)], "tree[0]", ["struct_time", "tuple"], False),
+    "struct_time_field": (
+        time.struct_time(((1,), 0, 0, 0, 0, 0, 0, 0, 0)),
+        time.struct_time(([1], 0, 0, 0, 0, 0, 0, 0, 0)),
+        "tree.tm_year",
+        ["tuple", "list"],
+        False,
+    ),
+    "deque_vs_list": ({"q": deque([1, 2])}, {"q": [1, 2]}, "tree['q']", ["deque", "list"], False),
+    "ordereddict_value": (
+        OrderedDict(k=(1,)),
+        OrderedDict(k=[1]),
+        "tree['k']",
+        ["tuple", "list"],
+        False,
+    ),
+    "defaultdict_value": (
+        defaultdict(list, k=(1,)),
+        defaultdict(list, k=[1]),
+        "tree['k']",
+        ["tuple", "list"],
+        False,
+    ),
+    "int_key_path": ({1: (0,), 2: 0}, {1: [0], 2: 0}, "tree[1]", ["tuple", "list"], False),
+    "deep_path": ([[[(1,)]]], [[[[1]]]], "tree[0][0][0]", ["tuple", "list"], False),
+    "deep_dict_path": (
+        {"a": {"b": {"c": (1,)}}},
+        {"a": {"b": {"c": {"d": 1}}}},
+        "tree['a']['b']['c']",
+        ["tuple", "dict"],
+        False,
+    ),
+    "node_vs_leaf": ((1, (2, 3)), (1, 5), "tree[1]", ["tuple"], False),
+    "none_vs_leaf": ((1, None), (1, 3), "tree[1]", ["None"], False),
+    "none_vs_node": ([None], [(1,)], "tree[0]", ["None", "tuple"], False),
+    "node_vs_none": ([[1]], [None], "tree[0]", ["list", "None"], False),
+    "node_vs_none_leaf": ([[1]], [None], "tree[0]", ["list", "None"], True),
+    "mismatch_with_none_leaves": (
+        (None, (None,)),
+        (None, [None]),
+        "tree[1]",
+        ["tuple", "list"],
+        True,
+    ),
+    "dict_keys_differ": (
+        {"x": {"alpha": 1, "beta": 2}},
+        {"x": {"alpha": 1, "gamma": 2}},
+        "tree['x']",
+        ["beta", "gamma"],
+        False,
+    ),
+    "dict_key_missing": ([{"alpha": 1, "beta": 2}], [{"alpha": 1}], "tree[0]", ["beta"], False),
+    "dict_key_extra": ([{"alpha": 1}], [{"alpha": 1, "beta": 2}], "tree[0]", ["beta"], False),
+    "ordereddict_keys_differ": (
+        OrderedDict(alpha=1),
+        OrderedDict(gamma=1),
+        "tree",
+        ["alpha", "gamma"],
+        False,
+    ),
+    "defaultdict_keys_differ": (
+        [defaultdict(int, alpha=1)],
+        [defaultdict(int, gamma=1)],
+        "tree[0]",
+        ["alpha", "gamma"],
+        False,
+    ),
+}
+
+VIAS = ["tree_map", "tree_map_third", "tree_map_", "flatten_up_to"]
+
+
+def _call_mismatch(via: str, first: Any, other: Any, none_is_leaf: bool) -> None:
+    def func(*args):
+        return None
+
+    if via == "tree_map":
+        oxtree.tree_map(func, first, other, none_is_leaf=none_is_leaf)
+    elif via == "tree_map_third":
+        oxtree.tree_map(func, first, first, other, none_is_leaf=none_is_leaf)
+    elif via == "tree_map_":
+        oxtree.tree_map_(func, first, other, none_is_leaf=none_is_leaf)
+    else:
+        oxtree.tree_structure(first, none_is_leaf=none_is_leaf).flatten_up_to(other)
+
+
+@parametrize(case=list(MISMATCHES), via=VIAS)
+def test_structure_mismatch_message(case, via):
+    first, other, path, words, none_is_leaf = MISMATCHES[case]
+    # The oracle agrees that these trees do not match.
+    with pytest.raises(ValueError):  # noqa: PT011
+        optree.tree_map(lambda *a: None, first, other, none_is_leaf=none_is_leaf)
+
+    before = snapshot(first), snapshot(other)
+    with pytest.raises(ValueError) as excinfo:  # noqa: PT011
+        _call_mismatch(via, first, other, none_is_leaf)
+    message = str(excinfo.value)
+    assert mentions_path(message, path), f"path {path!r} not in: {message}"
+    if path == "tree":
+        assert "tree[" not in message
+        assert re.search(r"tree\.\w", message) is None
+    for word in words:
+        if word.isdigit():
+            assert mentions_number(message, int(word)), f"{word} not in: {message}"
+        else:
+            assert word in message, f"{word!r} not in: {message}"
+    # Failing calls leave their arguments alone.
+    assert_unchanged(first, before[0])
+    assert_unchanged(other, before[1])
+
+
+def test_mismatch_in_rests_does_not_blame_matching_tree():
+    good = {"a": (1, 2), "b": [3]}
+    bad = {"a": (1, 2), "b": (3,)}
+    with pytest.raises(ValueError, match=r"tree\['b'\]"):
+        oxtree.tree_map(lambda *a: None, good, good, good, bad)
+
+
+def test_flatten_up_to_does_not_grow_defaultdicts():
+    spec = oxtree.tree_structure({"a": 1, "b": 2})
+    target = defaultdict(list, a=1)
+    with pytest.raises(ValueError, match="b"):
+        spec.flatten_up_to(target)
+    assert dict(target) == {"a": 1}
+    with pytest.raises(ValueError, match="b"):
+        oxtree.tree_map(lambda x, y: x, {"a": 1, "b": 2}, target)
+    assert dict(target) == {"a": 1}
+
+
+def test_accepted_rests_are_not_errors():
+    # Things optree accepts must not raise: dict-likes are matched by key, maxlen is ignored.
+    result = oxtree.tree_map(
+        lambda x, y: y,
+        ({"a": 1, "b": 2}, OrderedDict(x=1), deque([1], maxlen=2)),
+        (OrderedDict(b=3, a=4), {"x": 5}, deque([6])),
+    )
+    assert result == ({"a": 4, "b": 3}, OrderedDict(x=5), deque([6], maxlen=2))
+
+
+# --------------------------------------------------------------------------------------------------
+# Wrong number of leaves.
+
+UNFLATTENERS = {
+    "tree_unflatten": oxtree.tree_unflatten,
+    "spec.unflatten": lambda spec, leaves: spec.unflatten(leaves),
+}
+
+UNFLATTEN_COUNTS = {
+    "too_few": (("a", ["b", "c"]), 3, 1),
+    "too_many": (("a", ["b", "c"]), 3, 5),
+    "none_given": (("a", ["b", "c"]), 3, 0),
+    "empty_spec": ((), 0, 1),
+    "leaf_spec_none_given": ("x", 1, 0),
+    "leaf_spec_two_given": ("x", 1, 2),
+    "dict_spec": ({"k": "a", "j": {"i": "b"}}, 2, 4),
+}
+
+
+@parametrize(case=list(UNFLATTEN_COUNTS), method=["tree_unflatten", "spec.unflatten"])
+def test_unflatten_wrong_leaf_count(case, method):
+    tree, expected, given = UNFLATTEN_COUNTS[case]
+    spec = oxtree.tree_structure(tree)
+    assert spec.num_leaves == expected
+    leaves = ["v"] * given
+    with pytest.raises(ValueError) as excinfo:  # noqa: PT011
+        UNFLATTENERS[method](spec, leaves)
+    message = str(excinfo.value)
+    assert mentions_number(message, expected), f"expected count {expected} not in: {message}"
+    assert mentions_number(message, given), f"given count {given} not in: {message}"
+    assert leaves == ["v"] * given
+
+
+def test_unflatten_wrong_count_from_iterator():
+    spec = oxtree.tree_structure((0, 0, 0))
+    with pytest.raises(ValueError, match=r"3"):
+        oxtree.tree_unflatten(spec, iter(["v"]))
+    with pytest.raises(ValueError, match=r"3"):
+        oxtree.tree_unflatten(spec, (x for x in "vvvvv"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Cycles.
+
+
+def _list_cycle():
+    x = [1]
+    x.append(x)
+    return x, "tree[1]"
+
+
+def _dict_cycle():
+    d = {"a": 1}
+    d["b"] = d
+    return d, "tree['b']"
+
+
+def _nested_cycle():
+    a = [0, [1]]
+    a[1].append(a)
+    return a, "tree[1][1]"
+
+
+def _tuple_cycle():
+    t = ([],)
+    t[0].append(t)
+    return t, "tree[0][0]"
+
+
+def _deque_cycle():
+    q = deque([1])
+    q.append(q)
+    return q, "tree[1]"
+
+
+def _ordereddict_cycle():
+    od = OrderedDict(a=1)
+    od["z"] = [od]
+    return od, "tree['z'][0]"
+
+
+CYCLES = {
+    "list": _list_cycle,
+    "dict": _dict_cycle,
+    "nested": _nested_cycle,
+    "tuple": _tuple_cycle,
+    "deque": _deque_cycle,
+    "ordereddict": _ordereddict_cycle,
+}
+
+CYCLE_CALLS = {
+    "tree_flatten": lambda t, nil: oxtree.tree_flatten(t, none_is_leaf=nil),
+    "tree_leaves": lambda t, nil: oxtree.tree_leaves(t, none_is_leaf=nil),
+    "tree_structure": lambda t, nil: oxtree.tree_structure(t, none_is_leaf=nil),
+    "tree_iter": lambda t, nil: list(oxtree.tree_iter(t, none_is_leaf=nil)),
+    "tree_map": lambda t, nil: oxtree.tree_map(lambda x: x, t, none_is_leaf=nil),
+    "tree_map_": lambda t, nil: oxtree.tree_map_(lambda x: x, t, none_is_leaf=nil),
+}
+
+
+@parametrize(cycle=list(CYCLES), call=list(CYCLE_CALLS), none_is_leaf=[False, True])
+def test_cycle_is_reported(cycle, call, none_is_leaf):
+    tree, path = CYCLES[cycle]()
+    before = repr(tree)
+    with pytest.raises(RecursionError) as excinfo:
+        CYCLE_CALLS[call](tree, none_is_leaf)
+    message = str(excinfo.value)
+    assert "cycle" in message.lower(), message
+    assert mentions_path(message, path), f"{path!r} not in: {message}"
+    assert repr(tree) == before
+
+
+def test_cycle_cut_by_is_leaf_is_fine():
+    x = [1]
+    x.append(x)
+    visits = []
+
+    def second_visit_is_leaf(node):
+        if node is x:
+            visits.append(node)
+            return len(visits) > 1
+        return False
+
+    leaves = oxtree.tree_leaves(x, is_leaf=second_visit_is_leaf)
+    assert_same_leaves(leaves, [1, x])
+
+
+def test_cyclic_rest_with_finite_spec_is_fine():
+    x = [1]
+    x.append(x)
+    result = oxtree.tree_map(lambda a, b: b, [0, [0, 0]], x)
+    assert result[0] == 1
+    assert result[1][0] == 1
+    assert result[1][1] is x
+    assert_same_leaves(oxtree.tree_structure([0, [0, 0]]).flatten_up_to(x), [1, 1, x])
+
+
+# --------------------------------------------------------------------------------------------------
+# Very deep trees: run in a subprocess so that a crash (stack overflow) fails the test instead of
+# killing the test run. Each recursion limit runs one subprocess that reports every operation.
+
+DEPTH = 100_000
+
+DEEP_SCRIPT = r"""
+import copy, gc, json, pickle, sys
+limit = int(sys.argv[1])
+depth = int(sys.argv[2])
+import oxtree
+if limit:
+    sys.setrecursionlimit(limit)
+
+LEAF = object()
+MAPPED = object()
+
+
+def chain(n, leaf, wrap=lambda x: [x]):
+    tree = leaf
+    for _ in range(n):
+        tree = wrap(tree)
+    return tree
+
+
+def is_chain(tree, n, leaf, cls=list):
+    for _ in range(n):
+        if type(tree) is not cls or len(tree) != 1:
+            return False
+        tree = tree[0]
+    return tree is leaf
+
+
+def emit(*record):
+    print(json.dumps(record), flush=True)
+
+
+def run(name, fn):
+    emit("start", name)
+    try:
+        ok = fn()
+    except RecursionError as exc:
+        emit("done", name, "RecursionError", str(exc)[:300])
+    except BaseException as exc:
+        emit("done", name, type(exc).__name__, str(exc)[:300])
+    else:
+        emit("done", name, "ok" if ok is True else "wrong", repr(ok)[:300])
+
+
+tree = chain(depth, LEAF)
+twin = chain(depth, LEAF)
+
+
+def flatten():
+    leaves, spec = oxtree.tree_flatten(tree)
+    return leaves == [LEAF] and leaves[0] is LEAF and spec.num_nodes == depth + 1
+
+
+def map_two():
+    wide = chain(depth, [LEAF])
+    result = oxtree.tree_map(lambda a, b: b, tree, wide)
+    return is_chain(result, depth + 1, LEAF)
+
+
+def map_inplace():
+    calls = []
+    return oxtree.tree_map_(calls.append, tree) is tree and calls == [LEAF]
+
+
+def deep_mismatch():
+    other = chain(depth, (LEAF,))
+    try:
+        oxtree.tree_map(lambda a, b: b, chain(depth, [LEAF]), other)
+    except ValueError as exc:
+        return "tree[0][0]" in str(exc)
+    return "no error"
+
+
+def deep_cycle():
+    bottom = []
+    root = chain(depth - 1, bottom)
+    bottom.append(root)
+    try:
+        oxtree.tree_leaves(root)
+    except RecursionError:
+        return True
+    return "no error"
+
+
+run("tree_flatten", flatten)
+run("tree_leaves", lambda: oxtree.tree_leaves(tree) == [LEAF])
+run("tree_iter", lambda: list(oxtree.tree_iter(tree)) == [LEAF])
+run("tree_structure", lambda: oxtree.tree_structure(tree).num_leaves == 1)
+run("tree_is_leaf", lambda: oxtree.tree_is_leaf(tree) is False)
+run("tree_map", lambda: is_chain(oxtree.tree_map(lambda x: MAPPED, tree), depth, MAPPED))
+run("tree_map_two_trees", map_two)
+run("tree_map_", map_inplace)
+run("dict_chain", lambda: oxtree.tree_leaves(chain(depth, LEAF, lambda x: {"k": x})) == [LEAF])
+run("tuple_chain", lambda: oxtree.tree_structure(chain(depth, LEAF, lambda x: (x,))).num_leaves == 1)
+run("deep_mismatch", deep_mismatch)
+run("deep_cycle", deep_cycle)
+
+# The deepest treedef oxtree can build, for the operations on treedefs.
+spec = spec_depth = None
+for d in (depth, 30_000, 10_000, 3_000, 1_000, 300, 100, 30):
+    try:
+        spec = oxtree.tree_structure(chain(d, LEAF))
+    except RecursionError:
+        continue
+    spec_depth = d
+    break
+emit("spec_depth", spec_depth)
+d = spec_depth
+spec_twin = oxtree.tree_structure(chain(d, 0))
+spec_other = oxtree.tree_structure(chain(d, (0, 0)))
+deep = chain(d, LEAF)
+
+
+def repr_ok():
+    return repr(spec) == "PyTreeSpec(" + "[" * d + "*" + "]" * d + ")"
+
+
+def pickle_ok():
+    loaded = pickle.loads(pickle.dumps(spec))
+    return loaded.num_nodes == d + 1 and loaded == spec
+
+
+def children_ok():
+    children = spec.children()
+    return len(children) == 1 and children[0].num_nodes == d
+
+
+def dealloc():
+    global spec, spec_twin, spec_other
+    del spec, spec_twin, spec_other
+    gc.collect()
+    return True
+
+
+run("tree_unflatten", lambda: is_chain(oxtree.tree_unflatten(spec, [LEAF]), d, LEAF))
+run("spec.unflatten", lambda: is_chain(spec.unflatten([LEAF]), d, LEAF))
+run("repr", repr_ok)
+run("eq", lambda: spec == spec_twin and (spec != spec_twin) is False)
+run("ne", lambda: spec != spec_other and (spec == spec_other) is False)
+run("hash", lambda: hash(spec) == hash(spec_twin))
+run("pickle", pickle_ok)
+run("copy", lambda: copy.copy(spec).num_nodes == d + 1)
+run("deepcopy", lambda: copy.deepcopy(spec).num_nodes == d + 1)
+run("flatten_up_to", lambda: spec.flatten_up_to(deep) == [LEAF])
+run("flatten_up_to_wider", lambda: spec.flatten_up_to(chain(d, (LEAF,))) == [(LEAF,)])
+run("children", children_ok)
+run("child", lambda: spec.child(0).num_nodes == d)
+run("compose", lambda: spec.compose(oxtree.tree_structure((0, 0))).num_leaves == 2)
+run("num_nodes", lambda: spec.num_nodes == d + 1 and len(spec) == 1)
+run("dealloc", dealloc)
+emit("finished")
+"""
+
+DEEP_OPS = [
+    "tree_flatten",
+    "tree_leaves",
+    "tree_iter",
+    "tree_structure",
+    "tree_is_leaf",
+    "tree_map",
+    "tree_map_two_trees",
+    "tree_map_",
+    "dict_chain",
+    "tuple_chain",
+    "deep_mismatch",
+    "deep_cycle",
+    "tree_unflatten",
+    "spec.unflatten",
+    "repr",
+    "eq",
+    "ne",
+    "hash",
+    "pickle",
+    "copy",
+    "deepcopy",
+    "flatten_up_to",
+    "flatten_up_to_wider",
+    "children",
+    "child",
+    "compose",
+    "num_nodes",
+    "dealloc",
+]
+
+# 0 leaves the default limit alone; 50 is tiny; 10**6 lets a recursion guarded only by the
+# interpreter's limit overflow the C stack.
+RECURSION_LIMITS = [0, 50, 1_000_000]
+_deep_runs: dict[int, dict[str, Any]] = {}
+
+
+def _run_deep(limit: int) -> dict[str, Any]:
+    if limit not in _deep_runs:
+        proc = subprocess.run(
+            [sys.executable, "-c", DEEP_SCRIPT, str(limit), str(DEPTH)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("[")]
+        started = [r[1] for r in records if r[0] == "start"]
+        done = {r[1]: r[2:] for r in records if r[0] == "done"}
+        _deep_runs[limit] = {
+            "returncode": proc.returncode,
+            "stderr": proc.stderr[-2000:],
+            "last_started": started[-1] if started else None,
+            "done": done,
+            "finished": any(r[0] == "finished" for r in records),
+        }
+    return _deep_runs[limit]
+
+
+@parametrize(limit=RECURSION_LIMITS, op=DEEP_OPS)
+def test_deep_chain_never_crashes(limit, op):
+    run = _run_deep(limit)
+    if op not in run["done"]:
+        pytest.fail(
+            f"the subprocess died (returncode {run['returncode']}) during "
+            f"{run['last_started']!r} before {op!r} ran\n{run['stderr']}"
+        )
+    outcome, detail = run["done"][op]
+    assert outcome in ("ok", "RecursionError"), f"{op}: {outcome}: {detail}"
+
+
+@parametrize(limit=RECURSION_LIMITS)
+def test_deep_subprocess_exits_cleanly(limit):
+    run = _run_deep(limit)
+    assert run["finished"], run["stderr"]
+    assert run["returncode"] == 0, run["stderr"]
+
+
+def test_moderately_deep_trees_work():
+    # Well below any recursion limit: no RecursionError allowed, and results match optree.
+    tree = 0
+    for _ in range(200):
+        tree = [tree, {"k": None}]
+    leaves, spec = oxtree.tree_flatten(tree)
+    expected_leaves, expected_spec = optree.tree_flatten(tree)
+    assert leaves == expected_leaves
+    assert repr(spec) == repr(expected_spec)
+    assert spec.unflatten(leaves) == tree
+    assert oxtree.tree_map(lambda x: x, tree) == tree
+
+
+# --------------------------------------------------------------------------------------------------
+# Bad arguments.
+
+NOT_CALLABLE = 5
+IS_LEAF_CALLS = {
+    "tree_flatten": lambda p: oxtree.tree_flatten([1, (2,)], is_leaf=p),
+    "tree_flatten_positional": lambda p: oxtree.tree_flatten([1, (2,)], p),
+    "tree_leaves": lambda p: oxtree.tree_leaves([1, (2,)], is_leaf=p),
+    "tree_structure": lambda p: oxtree.tree_structure([1, (2,)], is_leaf=p),
+    "tree_iter": lambda p: list(oxtree.tree_iter([1, (2,)], is_leaf=p)),
+    "tree_is_leaf": lambda p: oxtree.tree_is_leaf([1, (2,)], is_leaf=p),
+    "all_leaves": lambda p: oxtree.all_leaves([[1, (2,)]], is_leaf=p),
+    "tree_map": lambda p: oxtree.tree_map(str, [1, (2,)], is_leaf=p),
+    "tree_map_": lambda p: oxtree.tree_map_(str, [1, (2,)], is_leaf=p),
+}
+
+
+@parametrize(call=list(IS_LEAF_CALLS), predicate=[NOT_CALLABLE, "is_leaf", [len]])
+def test_non_callable_is_leaf(call, predicate):
+    with pytest.raises(TypeError, match="is_leaf"):
+        IS_LEAF_CALLS[call](predicate)
+
+
+def test_unflatten_leaves_not_iterable():
+    spec = oxtree.tree_structure((1, 2))
+    with pytest.raises(TypeError):
+        oxtree.tree_unflatten(spec, 5)
+    with pytest.raises(TypeError):
+        spec.unflatten(None)
+
+
+@pytest.mark.parametrize(
+    "not_a_spec",
+    [5, None, (1, 2), "PyTreeSpec(*)", optree.tree_structure((1, 2))],
+    ids=["int", "None", "tuple", "str", "optree_spec"],
+)
+def test_unflatten_not_a_spec(not_a_spec):
+    with pytest.raises(TypeError):
+        oxtree.tree_unflatten(not_a_spec, [1, 2])
+
+
+@pytest.mark.parametrize("tree", [[1, (2,)], {"a": 1}, 3])
+def test_tree_map_non_callable_func(tree):
+    with pytest.raises(TypeError):
+        oxtree.tree_map(5, tree)
+    with pytest.raises(TypeError):
+        oxtree.tree_map_("f", tree)
+
+
+def test_argument_kinds():
+    # tree is positional-only, none_is_leaf and namespace are keyword-only.
+    with pytest.raises(TypeError):
+        oxtree.tree_flatten(tree=[1])
+    with pytest.raises(TypeError):
+        oxtree.tree_leaves([1], None, True)
+    with pytest.raises(TypeError):
+        oxtree.tree_structure([1], None, False, "")
+    with pytest.raises(TypeError):
+        oxtree.tree_map(str)
+    assert oxtree.tree_leaves([None], None, none_is_leaf=True) == [None]
+    assert oxtree.tree_map(str, [1], is_leaf=None, none_is_leaf=False, namespace="") == ["1"]
+
+
+def test_child_index_out_of_range():
+    spec = oxtree.tree_structure((1, [2]))
+    assert spec.child(-2) == oxtree.tree_structure(1)
+    for index in (2, -3, 100):
+        with pytest.raises(IndexError):
+            spec.child(index)
+    with pytest.raises(IndexError):
+        oxtree.tree_structure(1).child(0)
+
+
+def test_compose_bad_arguments():
+    spec = oxtree.tree_structure((1, None))
+    with pytest.raises(TypeError):
+        spec.compose(5)
+    with pytest.raises(ValueError, match="none_is_leaf"):
+        spec.compose(oxtree.tree_structure(1, none_is_leaf=True))
+
+
+# --------------------------------------------------------------------------------------------------
+# Exceptions raised by user code propagate unchanged.
+
+
+class Boom(Exception):
+    pass
+
+
+class BaseBoom(BaseException):
+    pass
+
+
+RAISERS = {
+    "tree_flatten": lambda t, p: oxtree.tree_flatten(t, is_leaf=p),
+    "tree_leaves": lambda t, p: oxtree.tree_leaves(t, is_leaf=p),
+    "tree_structure": lambda t, p: oxtree.tree_structure(t, is_leaf=p),
+    "tree_iter": lambda t, p: list(oxtree.tree_iter(t, is_leaf=p)),
+    "tree_is_leaf": lambda t, p: oxtree.tree_is_leaf(t, is_leaf=p),
+    "all_leaves": lambda t, p: oxtree.all_leaves([t], is_leaf=p),
+    "tree_map_is_leaf": lambda t, p: oxtree.tree_map(lambda x: x, t, is_leaf=p),
+    "tree_map_func": lambda t, p: oxtree.tree_map(p, t),
+    "tree_map_func_two": lambda t, p: oxtree.tree_map(lambda x, y: p(x), t, t),
+    "tree_map__func": lambda t, p: oxtree.tree_map_(p, t),
+}
+
+
+# tree_is_leaf and all_leaves only ask is_leaf about the objects they are given.
+SHALLOW_CALLS = ("tree_is_leaf", "all_leaves")
+RAISER_CASES = [(call, 1) for call in RAISERS] + [
+    (call, 3) for call in RAISERS if call not in SHALLOW_CALLS
+]
+
+
+@parametrize(case=RAISER_CASES, exc_type=[Boom, BaseBoom, KeyError])
+def test_user_exception_propagates_unchanged(case, exc_type):
+    call, on_call = case
+    tree = {"b": [1, (2, None)], "a": 3}
+    before = snapshot(tree)
+    raised = exc_type("from user code")
+    counter = []
+
+    def raiser(x):
+        counter.append(x)
+        if len(counter) >= on_call:
+            raise raised
+        return False
+
+    with pytest.raises(exc_type) as excinfo:
+        RAISERS[call](tree, raiser)
+    assert excinfo.value is raised
+    assert_unchanged(tree, before)
+
+
+@pytest.mark.parametrize("method", list(UNFLATTENERS))
+def test_exception_from_leaves_iterator_propagates(method):
+    spec = oxtree.tree_structure((0, [0, 0]))
+    raised = Boom("iterator")
+
+    def leaves():
+        yield 1
+        raise raised
+
+    with pytest.raises(Boom) as excinfo:
+        UNFLATTENERS[method](spec, leaves())
+    assert excinfo.value is raised
+
+
+# --------------------------------------------------------------------------------------------------
+# Dict keys that cannot be sorted.
+
+
+class MyTypeError(TypeError):
+    pass
+
+
+class MyError(ArithmeticError):
+    pass
+
+
+class Unorderable:
+    """A dict key whose `<` raises `error`."""
+
+    error: type[BaseException] = MyTypeError
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __lt__(self, other: object) -> bool:
+        raise self.error(f"cannot order {self!r}")
+
+    __gt__ = __lt__
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.value == self.value
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.value})"
+
+
+class UnorderableOther(Unorderable):
+    error = MyError
+
+
+SORT_CASES = {
+    "same_type": lambda cls: {cls(2): "b", cls(1): "a", cls(3): "c"},
+    "with_ints": lambda cls: {cls(2): "x", 5: "five", cls(1): "y", 1: "one"},
+    "with_str": lambda cls: {"s": 0, cls(2): 1},
+    "single": lambda cls: {cls(1): "only"},
+}
+
+
+@parametrize(case=list(SORT_CASES), key_type=[Unorderable, UnorderableOther])
+def test_unsortable_keys_like_optree(case, key_type):
+    tree = SORT_CASES[case](key_type)
+    order_before = list(tree)
+    try:
+        expected_leaves, expected_spec = optree.tree_flatten(tree)
+    except Exception as expected_exc:
+        with pytest.raises(type(expected_exc)):
+            oxtree.tree_flatten(tree)
+    else:
+        leaves, spec = oxtree.tree_flatten(tree)
+        assert leaves == expected_leaves
+        assert repr(spec) == repr(expected_spec)
+        rebuilt = spec.unflatten(leaves)
+        assert list(rebuilt) == order_before
+        assert rebuilt == tree
+    assert list(tree) == order_before
+
+
+def test_unsortable_type_error_keys_keep_insertion_order():
+    tree = {Unorderable(2): "b", Unorderable(1): "a", Unorderable(3): "c"}
+    leaves, spec = oxtree.tree_flatten(tree)
+    assert leaves == ["b", "a", "c"]
+    assert repr(spec) == "PyTreeSpec({Unorderable(2): *, Unorderable(1): *, Unorderable(3): *})"
+    assert list(spec.unflatten(leaves)) == list(tree)
+
+
+def test_mixed_key_types_sort_by_type_name_then_value():
+    tree = {"b": 1, 2: 2, "a": 3, 1: 4}
+    leaves, spec = oxtree.tree_flatten(tree)
+    assert leaves == [4, 2, 3, 1]
+    assert repr(spec) == "PyTreeSpec({1: *, 2: *, 'a': *, 'b': *})"
+    assert list(spec.unflatten(leaves)) == ["b", 2, "a", 1]
