@@ -192,6 +192,15 @@ def test_mismatch_in_rests_does_not_blame_matching_tree():
         oxtree.tree_map(lambda *a: None, good, good, good, bad)
 
 
+@pytest.mark.parametrize("mapper", [oxtree.tree_map, oxtree.tree_map_])
+def test_mismatch_is_found_before_func_is_called(mapper):
+    # Like optree: all trees are matched up first, so a mismatch means no side effects at all.
+    calls = []
+    with pytest.raises(ValueError, match=r"tree\[2\]"):
+        mapper(lambda *a: calls.append(a), [1, 2, (3,), 4], [1, 2, [3], 4])
+    assert calls == []
+
+
 def test_flatten_up_to_does_not_grow_defaultdicts():
     spec = oxtree.tree_structure({"a": 1, "b": 2})
     target = defaultdict(list, a=1)
@@ -356,8 +365,29 @@ def test_cyclic_rest_with_finite_spec_is_fine():
 
 DEPTH = 100_000
 
+# Shared by the scripts run in subprocesses: one JSON record per line, flushed at once, so the
+# parent knows which operation was running if the child dies.
+SUBPROCESS_PRELUDE = r"""
+import json, sys
+
+
+def emit(*record):
+    print(json.dumps(record), flush=True)
+
+
+def run(name, fn):
+    emit("start", name)
+    try:
+        ok = fn()
+    except BaseException as exc:  # a Rust panic surfaces as a BaseException
+        benign = isinstance(exc, Exception) and not isinstance(exc, SystemError)
+        emit("done", name, type(exc).__name__, benign, str(exc)[:300])
+    else:
+        emit("done", name, "ok" if ok is True else "wrong", ok is True, repr(ok)[:300])
+"""
+
 DEEP_SCRIPT = r"""
-import copy, gc, json, pickle, sys
+import copy, gc, pickle, sys
 limit = int(sys.argv[1])
 depth = int(sys.argv[2])
 import oxtree
@@ -381,22 +411,6 @@ def is_chain(tree, n, leaf, cls=list):
             return False
         tree = tree[0]
     return tree is leaf
-
-
-def emit(*record):
-    print(json.dumps(record), flush=True)
-
-
-def run(name, fn):
-    emit("start", name)
-    try:
-        ok = fn()
-    except RecursionError as exc:
-        emit("done", name, "RecursionError", str(exc)[:300])
-    except BaseException as exc:
-        emit("done", name, type(exc).__name__, str(exc)[:300])
-    else:
-        emit("done", name, "ok" if ok is True else "wrong", repr(ok)[:300])
 
 
 tree = chain(depth, LEAF)
@@ -452,19 +466,19 @@ run("tuple_chain", lambda: oxtree.tree_structure(chain(depth, LEAF, lambda x: (x
 run("deep_mismatch", deep_mismatch)
 run("deep_cycle", deep_cycle)
 
-# The deepest treedef oxtree can build, for the operations on treedefs.
-spec = spec_depth = None
-for d in (depth, 30_000, 10_000, 3_000, 1_000, 300, 100, 30):
+# The deepest treedefs oxtree can build, for the operations on treedefs.
+emit("start", "build_deepest_spec")
+d = None
+for depth_try in (depth, 30_000, 10_000, 3_000, 1_000, 300, 100, 30):
     try:
-        spec = oxtree.tree_structure(chain(d, LEAF))
+        spec = oxtree.tree_structure(chain(depth_try, LEAF))
+        spec_twin = oxtree.tree_structure(chain(depth_try, 0))
+        spec_other = oxtree.tree_structure(chain(depth_try, (0, 0)))
     except RecursionError:
         continue
-    spec_depth = d
+    d = depth_try
     break
-emit("spec_depth", spec_depth)
-d = spec_depth
-spec_twin = oxtree.tree_structure(chain(d, 0))
-spec_other = oxtree.tree_structure(chain(d, (0, 0)))
+emit("done", "build_deepest_spec", "ok", True, d)
 deep = chain(d, LEAF)
 
 
@@ -521,6 +535,7 @@ DEEP_OPS = [
     "tuple_chain",
     "deep_mismatch",
     "deep_cycle",
+    "build_deepest_spec",
     "tree_unflatten",
     "spec.unflatten",
     "repr",
@@ -542,13 +557,15 @@ DEEP_OPS = [
 # 0 leaves the default limit alone; 50 is tiny; 10**6 lets a recursion guarded only by the
 # interpreter's limit overflow the C stack.
 RECURSION_LIMITS = [0, 50, 1_000_000]
-_deep_runs: dict[int, dict[str, Any]] = {}
+_script_runs: dict[tuple[str, ...], dict[str, Any]] = {}
 
 
-def _run_deep(limit: int) -> dict[str, Any]:
-    if limit not in _deep_runs:
+def _run_script(script: str, *args: str) -> dict[str, Any]:
+    """Runs `script` (after the prelude) in a fresh interpreter, once per argument tuple."""
+    key = (script, *args)
+    if key not in _script_runs:
         proc = subprocess.run(
-            [sys.executable, "-c", DEEP_SCRIPT, str(limit), str(DEPTH)],
+            [sys.executable, "-c", SUBPROCESS_PRELUDE + script, *args],
             capture_output=True,
             text=True,
             timeout=300,
@@ -556,26 +573,33 @@ def _run_deep(limit: int) -> dict[str, Any]:
         )
         records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("[")]
         started = [r[1] for r in records if r[0] == "start"]
-        done = {r[1]: r[2:] for r in records if r[0] == "done"}
-        _deep_runs[limit] = {
+        _script_runs[key] = {
             "returncode": proc.returncode,
             "stderr": proc.stderr[-2000:],
             "last_started": started[-1] if started else None,
-            "done": done,
+            "done": {r[1]: r[2:] for r in records if r[0] == "done"},
             "finished": any(r[0] == "finished" for r in records),
         }
-    return _deep_runs[limit]
+    return _script_runs[key]
 
 
-@parametrize(limit=RECURSION_LIMITS, op=DEEP_OPS)
-def test_deep_chain_never_crashes(limit, op):
-    run = _run_deep(limit)
+def _outcome(run: dict[str, Any], op: str) -> tuple[str, bool, str]:
     if op not in run["done"]:
         pytest.fail(
             f"the subprocess died (returncode {run['returncode']}) during "
             f"{run['last_started']!r} before {op!r} ran\n{run['stderr']}"
         )
-    outcome, detail = run["done"][op]
+    outcome, benign, detail = run["done"][op]
+    return outcome, benign, detail
+
+
+def _run_deep(limit: int) -> dict[str, Any]:
+    return _run_script(DEEP_SCRIPT, str(limit), str(DEPTH))
+
+
+@parametrize(limit=RECURSION_LIMITS, op=DEEP_OPS)
+def test_deep_chain_never_crashes(limit, op):
+    outcome, _, detail = _outcome(_run_deep(limit), op)
     assert outcome in ("ok", "RecursionError"), f"{op}: {outcome}: {detail}"
 
 
@@ -597,6 +621,496 @@ def test_moderately_deep_trees_work():
     assert repr(spec) == repr(expected_spec)
     assert spec.unflatten(leaves) == tree
     assert oxtree.tree_map(lambda x: x, tree) == tree
+
+
+# --------------------------------------------------------------------------------------------------
+# Hostile user code: callbacks that mutate the tree being traversed, keys with nasty dunder
+# methods, classes that refuse to be built. Any result or any ordinary exception is fine; a crash,
+# a Rust panic or a SystemError is not. Run in a subprocess, like the deep trees.
+
+HOSTILE_SCRIPT = r"""
+import gc
+from collections import OrderedDict, defaultdict, deque, namedtuple
+import oxtree
+
+
+class Boom(Exception):
+    pass
+
+
+def mutating_predicate(tree, mutate, limit=50):
+    calls = []
+
+    def is_leaf(x):
+        calls.append(1)
+        if len(calls) <= limit:
+            mutate(tree, x)
+        return False
+
+    return is_leaf
+
+
+def list_cleared():
+    tree = [[1, 2, 3], [4, [5, 6]], 7]
+    def mutate(t, x):
+        if x == 2:
+            t[0].clear()
+            t[1][1].clear()
+            t.clear()
+            gc.collect()
+    oxtree.tree_flatten(tree, is_leaf=mutating_predicate(tree, mutate))
+    return True
+
+
+def list_grown():
+    tree = [[1], [2]]
+    def mutate(t, x):
+        t.append([x])
+        t[0].append(x)
+    oxtree.tree_leaves(tree, is_leaf=mutating_predicate(tree, mutate))
+    return True
+
+
+def list_items_replaced():
+    tree = [[object()], [object()], [object()]]
+    def mutate(t, x):
+        for i in range(len(t)):
+            t[i] = [object(), object()]
+        gc.collect()
+    oxtree.tree_flatten(tree, is_leaf=mutating_predicate(tree, mutate))
+    return True
+
+
+def dict_mutated():
+    tree = {"a": [1], "b": [2], "c": {"d": [3]}}
+    def mutate(t, x):
+        t.pop("b", None)
+        t["z" + str(len(t))] = [0]
+        t["c"].clear()
+        gc.collect()
+    oxtree.tree_flatten(tree, is_leaf=mutating_predicate(tree, mutate))
+    return True
+
+
+def ordereddict_mutated():
+    tree = OrderedDict(a=[1], b=[2], c=[3])
+    def mutate(t, x):
+        if t:
+            t.popitem(last=False)
+        t.move_to_end(next(iter(t))) if t else None
+        gc.collect()
+    oxtree.tree_flatten(tree, is_leaf=mutating_predicate(tree, mutate))
+    return True
+
+
+def defaultdict_mutated():
+    tree = defaultdict(list, a=[1], b=[2])
+    def mutate(t, x):
+        t["new" + str(len(t))]  # __missing__ inserts
+        t.pop("a", None)
+    oxtree.tree_flatten(tree, is_leaf=mutating_predicate(tree, mutate))
+    return True
+
+
+def deque_mutated():
+    tree = deque([[1], [2], [3]], maxlen=5)
+    def mutate(t, x):
+        t.rotate(1)
+        t.append([9])
+        if len(t) > 3:
+            t.popleft()
+    oxtree.tree_flatten(tree, is_leaf=mutating_predicate(tree, mutate))
+    return True
+
+
+class MeddlingKey:
+    # Orders like its value, but every comparison mutates the dict it lives in.
+    target = None
+
+    def __init__(self, v):
+        self.v = v
+
+    def __lt__(self, other):
+        if MeddlingKey.target is not None and len(MeddlingKey.target) < 40:
+            MeddlingKey.target[MeddlingKey(len(MeddlingKey.target) + 100)] = "added"
+            MeddlingKey.target.pop(MeddlingKey(0), None)
+        return self.v < other.v if isinstance(other, MeddlingKey) else NotImplemented
+
+    def __hash__(self):
+        return hash(self.v)
+
+    def __eq__(self, other):
+        return isinstance(other, MeddlingKey) and self.v == other.v
+
+    def __repr__(self):
+        return f"MeddlingKey({self.v})"
+
+
+def sort_mutates_dict():
+    tree = {MeddlingKey(i): i for i in (3, 0, 2, 1, 5, 4)}
+    MeddlingKey.target = tree
+    try:
+        leaves, spec = oxtree.tree_flatten(tree)
+        spec.unflatten(leaves)
+        repr(spec)
+    finally:
+        MeddlingKey.target = None
+    return True
+
+
+class CollidingKey:
+    # Every instance hashes alike, so lookups call __eq__, which mutates the dict looked in.
+    target = None
+
+    def __init__(self, v):
+        self.v = v
+
+    def __hash__(self):
+        return 7
+
+    def __eq__(self, other):
+        target, CollidingKey.target = CollidingKey.target, None  # no re-entry from the insert
+        if target is not None:
+            if len(target) < 30:
+                target[CollidingKey(len(target) + 50)] = [0]
+            CollidingKey.target = target
+        return isinstance(other, CollidingKey) and self.v == other.v
+
+    def __lt__(self, other):
+        return self.v < other.v
+
+    def __repr__(self):
+        return f"CollidingKey({self.v})"
+
+
+def lookup_mutates_target():
+    spec = oxtree.tree_structure({CollidingKey(i): 0 for i in range(4)})
+    target = {CollidingKey(i): [i] for i in range(4)}
+    CollidingKey.target = target
+    try:
+        spec.flatten_up_to(target)
+    except ValueError:
+        pass
+    try:
+        oxtree.tree_map(lambda a, b: b, {CollidingKey(i): 0 for i in range(4)}, target)
+    except ValueError:
+        pass
+    finally:
+        CollidingKey.target = None
+    return True
+
+
+class HashBomb:
+    armed = False
+
+    def __init__(self, v):
+        self.v = v
+
+    def __hash__(self):
+        if HashBomb.armed:
+            raise Boom("hash")
+        return hash(self.v)
+
+    def __eq__(self, other):
+        return isinstance(other, HashBomb) and self.v == other.v
+
+    def __lt__(self, other):
+        return self.v < other.v
+
+
+def hash_raises_during_lookup():
+    tree = {HashBomb(1): 0, HashBomb(2): 0}
+    spec = oxtree.tree_structure(tree)
+    HashBomb.armed = True
+    try:
+        spec.flatten_up_to(tree)
+    except Boom:
+        return True
+    finally:
+        HashBomb.armed = False
+    return "flatten_up_to did not need the hash"  # not an error either
+
+
+class ReprBomb:
+    def __repr__(self):
+        raise Boom("repr")
+
+
+class NotAStrRepr:
+    def __repr__(self):
+        return 5
+
+
+def repr_raises():
+    spec = oxtree.tree_structure({ReprBomb(): 1})
+    try:
+        repr(spec)
+    except Boom:
+        return True
+    return "repr(spec) swallowed the key's exception"
+
+
+def repr_not_str():
+    spec = oxtree.tree_structure({NotAStrRepr(): 1})
+    try:
+        repr(spec)
+    except TypeError:
+        return True
+    return "repr(spec) accepted a non-str key repr"
+
+
+def mismatch_message_with_bad_repr():
+    key = ReprBomb()
+    try:
+        oxtree.tree_map(lambda a, b: b, {key: (1,)}, {key: [1]})
+    except (ValueError, Boom):
+        return True
+    return "no error"
+
+
+class BadBool:
+    def __bool__(self):
+        raise Boom("bool")
+
+
+def predicate_result_bool_raises():
+    try:
+        oxtree.tree_leaves([1, [2]], is_leaf=lambda x: BadBool())
+    except Boom:
+        return True
+    return "no error"
+
+
+Refuses = namedtuple("Refuses", "a b")
+
+
+def namedtuple_constructor_raises():
+    spec = oxtree.tree_structure([Refuses(1, 2)])
+    Refuses.__new__ = lambda cls, *a: (_ for _ in ()).throw(Boom("new"))
+    try:
+        spec.unflatten([1, 2])
+    except Boom:
+        return True
+    except TypeError:
+        return True
+    return "unflatten did not call the class"
+
+
+class Meta(type):
+    def __getattr__(cls, name):
+        raise Boom(name)
+
+
+class TupleWithHostileMeta(tuple, metaclass=Meta):
+    pass
+
+
+def hostile_metaclass():
+    oxtree.tree_leaves([TupleWithHostileMeta((1, 2))])
+    return True
+
+
+def reentrant_callbacks():
+    tree = {"a": [1, (2, 3)], "b": None}
+    spec = oxtree.tree_structure(tree)
+
+    def func(x):
+        oxtree.tree_map(lambda y: y, tree)
+        spec.unflatten(oxtree.tree_leaves(tree))
+        return x
+
+    def leaves():
+        for leaf in oxtree.tree_leaves(tree):
+            spec.unflatten(oxtree.tree_leaves(tree))
+            yield leaf
+
+    oxtree.tree_map(func, tree)
+    spec.unflatten(leaves())
+    oxtree.tree_leaves(tree, is_leaf=lambda x: oxtree.tree_structure(tree) is None)
+    return True
+
+
+def map_mutates_inputs():
+    first = {"a": [1, 2], "b": (3, [4])}
+    second = {"a": [10, 20], "b": (30, [40])}
+
+    def func(x, y):
+        first["a"].clear()
+        if "b" in second:
+            second["b"][1].clear()
+        second.clear()
+        gc.collect()
+        return x
+
+    try:
+        oxtree.tree_map(func, first, second)
+    except ValueError:
+        pass
+    return True
+
+
+def leaves_iterator_mutates_list():
+    spec = oxtree.tree_structure([0, 0, 0])
+    source = [1, 2, 3]
+
+    def leaves():
+        for x in list(source):
+            source.clear()
+            gc.collect()
+            yield x
+
+    spec.unflatten(leaves())
+    return True
+
+
+for name in sys.argv[1:]:
+    run(name, globals()[name])
+emit("finished")
+"""
+
+HOSTILE_OPS = [
+    "list_cleared",
+    "list_grown",
+    "list_items_replaced",
+    "dict_mutated",
+    "ordereddict_mutated",
+    "defaultdict_mutated",
+    "deque_mutated",
+    "sort_mutates_dict",
+    "lookup_mutates_target",
+    "hash_raises_during_lookup",
+    "repr_raises",
+    "repr_not_str",
+    "mismatch_message_with_bad_repr",
+    "predicate_result_bool_raises",
+    "namedtuple_constructor_raises",
+    "hostile_metaclass",
+    "reentrant_callbacks",
+    "map_mutates_inputs",
+    "leaves_iterator_mutates_list",
+]
+# Scenarios that must end in exactly the user's exception (or an explicit refusal).
+HOSTILE_STRICT = {
+    "repr_raises",
+    "repr_not_str",
+    "predicate_result_bool_raises",
+    "mismatch_message_with_bad_repr",
+    "namedtuple_constructor_raises",
+}
+
+
+@parametrize(op=HOSTILE_OPS)
+def test_hostile_user_code_never_crashes(op):
+    outcome, benign, detail = _outcome(_run_script(HOSTILE_SCRIPT, *HOSTILE_OPS), op)
+    assert benign, f"{op}: {outcome}: {detail}"
+    if op in HOSTILE_STRICT:
+        assert outcome == "ok", f"{op}: {outcome}: {detail}"
+
+
+def test_hostile_subprocess_exits_cleanly():
+    run = _run_script(HOSTILE_SCRIPT, *HOSTILE_OPS)
+    assert run["finished"], run["stderr"]
+    assert run["returncode"] == 0, run["stderr"]
+    assert set(run["done"]) == set(HOSTILE_OPS)
+
+
+# --------------------------------------------------------------------------------------------------
+# Corrupted pickles: every small corruption of a treedef's pickled state must either load into a
+# treedef that works, or raise an ordinary exception; never crash or panic.
+
+CORRUPT_PICKLE_SCRIPT = r"""
+import copy, pickle
+from collections import OrderedDict, defaultdict, deque, namedtuple
+import oxtree
+
+Pt = namedtuple("Pt", "x y")
+TREES = [
+    {"b": [1, None], "a": (Pt(1, 2), deque([3], maxlen=4))},
+    OrderedDict(z=1, a=defaultdict(list, {2: "x", 1: "y"})),
+    (None, [], {}, ()),
+]
+
+
+def corruptions(value):
+    # Yields (description, corrupted copy) for small corruptions anywhere in a nested state.
+    if isinstance(value, bool):
+        yield "flip", (not value)
+        yield "bool->int", 2
+    elif isinstance(value, int):
+        for other in (-1, 0, value + 1, value - 1, 2**31, 2**64, "1"):
+            if other != value:
+                yield f"int->{other!r}", other
+    elif isinstance(value, str):
+        yield "str->int", 5
+        yield "str->other", value + "x"
+    elif value is None:
+        yield "None->0", 0
+        yield "None->tuple", ()
+        yield "None->obj", object()
+    elif isinstance(value, tuple):
+        yield "drop-last", value[:-1]
+        yield "add", value + (0,)
+        yield "list", list(value)
+        if len(value) > 1:
+            yield "reverse", value[::-1]
+            yield "dup", (value[0],) + value[:-1]
+        for i, item in enumerate(value):
+            for desc, bad in corruptions(item):
+                yield f"[{i}]{desc}", value[:i] + (bad,) + value[i + 1 :]
+    else:
+        yield "obj->None", None
+        yield "obj->int", 3
+
+
+def exercise(spec):
+    repr(spec)
+    hash(spec)
+    spec == spec
+    n = spec.num_leaves
+    spec.num_nodes
+    len(spec)
+    for child in spec.children():
+        repr(child)
+    tree = spec.unflatten(list(range(n)))
+    leaves, again = oxtree.tree_flatten(tree, none_is_leaf=spec.none_is_leaf)
+    spec.flatten_up_to(tree)
+    pickle.loads(pickle.dumps(spec))
+    copy.deepcopy(spec)
+    spec.compose(oxtree.tree_structure((0, 0)))
+
+
+for t_index, tree in enumerate(TREES):
+    for none_is_leaf in (False, True):
+        spec = oxtree.tree_structure(tree, none_is_leaf=none_is_leaf)
+        rebuild, args = spec.__reduce__()[:2]
+        state = args[0]
+        for c_index, (desc, bad_state) in enumerate(corruptions(state)):
+            def attempt(bad_state=bad_state):
+                try:
+                    loaded = rebuild(bad_state)
+                except (ValueError, TypeError):
+                    return True
+                try:
+                    exercise(loaded)
+                except Exception:
+                    pass
+                return True
+            run(f"{t_index}/{none_is_leaf}/{c_index}/{desc}", attempt)
+emit("finished")
+"""
+
+
+def test_corrupted_pickles_never_crash():
+    run = _run_script(CORRUPT_PICKLE_SCRIPT)
+    if not run["finished"]:
+        pytest.fail(
+            f"the subprocess died (returncode {run['returncode']}) during "
+            f"{run['last_started']!r}\n{run['stderr']}"
+        )
+    assert len(run["done"]) > 100
+    bad = {op: r for op, r in run["done"].items() if not r[1]}
+    assert not bad, "\n".join(f"{op}: {r}" for op, r in list(bad.items())[:10])
+    assert run["returncode"] == 0
 
 
 # --------------------------------------------------------------------------------------------------

@@ -34,6 +34,17 @@ from oxtree._core import (
     tree_unflatten,
 )
 
+from oxtree import dataclasses
+from oxtree.functools import Partial
+from oxtree.registry import (
+    register_dataclass,
+    register_pytree_node,
+    register_pytree_node_class,
+    register_static,
+    registered_types,
+    unregister_pytree_node,
+)
+
 __version__ = "0.1.0"
 
 #: optree's and JAX's other name for a treespec.
@@ -64,6 +75,14 @@ __all__ = [
     "PyTreeDef",
     "PyTreeKind",
     "PyTreeSpec",
+    "Partial",
+    "dataclasses",
+    "register_dataclass",
+    "register_pytree_node",
+    "register_pytree_node_class",
+    "register_static",
+    "registered_types",
+    "unregister_pytree_node",
     "all_leaves",
     "tree_flatten",
     "tree_is_leaf",

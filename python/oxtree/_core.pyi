@@ -22,6 +22,11 @@ __all__ = [
     "tree_is_leaf",
     "all_leaves",
     "_rebuild_treespec",
+    "register_pytree_node",
+    "unregister_pytree_node",
+    "register_static",
+    "_register_dataclass_fields",
+    "registered_types",
 ]
 
 MAX_RECURSION_DEPTH: Final[int]
@@ -136,3 +141,23 @@ def all_leaves(
     namespace: str = "",
 ) -> bool: ...
 def _rebuild_treespec(state: tuple[Any, ...]) -> PyTreeSpec: ...
+def register_pytree_node(
+    cls: type[_T],
+    /,
+    flatten_func: Callable[[Any], tuple[Any, ...]],
+    unflatten_func: Callable[[Any, Any], Any],
+    *,
+    flatten_with_keys_func: Callable[[Any], tuple[Any, Any]] | None = None,
+    namespace: str = "",
+) -> type[_T]: ...
+def unregister_pytree_node(cls: type, /, *, namespace: str = "") -> None: ...
+def register_static(cls: type[_T], /, *, namespace: str = "") -> type[_T]: ...
+def _register_dataclass_fields(
+    cls: type[_T],
+    data_fields: list[str],
+    meta_fields: list[str],
+    *,
+    call_init: bool = True,
+    namespace: str = "",
+) -> type[_T]: ...
+def registered_types(*, namespace: str = "") -> list[type]: ...

@@ -277,5 +277,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tree_is_leaf, m)?)?;
     m.add_function(wrap_pyfunction!(all_leaves, m)?)?;
     m.add_function(wrap_pyfunction!(crate::treespec::rebuild_treespec, m)?)?;
+    m.add_function(wrap_pyfunction!(registry::register_pytree_node, m)?)?;
+    m.add_function(wrap_pyfunction!(registry::unregister_pytree_node, m)?)?;
+    m.add_function(wrap_pyfunction!(registry::register_static, m)?)?;
+    m.add_function(wrap_pyfunction!(registry::_register_dataclass_fields, m)?)?;
+    m.add_function(wrap_pyfunction!(registry::registered_types, m)?)?;
     Ok(())
 }

@@ -1,32 +1,60 @@
 //! The registry of custom node types: namespace -> type -> registration.
 //!
 //! Read-mostly: every walk takes one snapshot (an `Arc`) at its start, so a registration
-//! made by another thread mid-walk never changes the rules under a walk. Writers build a new
-//! map and swap it in under the lock.
+//! made by another thread mid-walk never changes the rules under a walk. Writers copy the
+//! map, change the copy and swap it in under the lock.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyType;
+use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
 
-use crate::types::PtrMap;
+use crate::types::{self, PtrMap};
 
 /// How a registered type is taken apart and put back together.
+pub enum Rule {
+    /// User functions: `flatten(obj) -> (children, aux)` or `(children, aux, entries)`,
+    /// `unflatten(aux, children) -> obj`, and optionally JAX's
+    /// `flatten_with_keys(obj) -> ([(key, child), ...], aux)`.
+    Custom {
+        flatten: Py<PyAny>,
+        unflatten: Py<PyAny>,
+        flatten_with_keys: Option<Py<PyAny>>,
+    },
+    /// A dataclass, walked natively: the data fields are the children, the meta fields' values
+    /// (a tuple) the aux data. Rebuilt by calling the class with keyword arguments, or, with
+    /// `call_init == false`, by `object.__new__` and `object.__setattr__` on every field.
+    Dataclass {
+        data: Vec<Py<PyString>>,
+        meta: Vec<Py<PyString>>,
+        call_init: bool,
+    },
+    /// A leafless node whose value (hashable) lives in the treedef.
+    Static,
+}
+
 pub struct Registration {
     pub ty: Py<PyType>,
-    /// `flatten(obj) -> (children, aux_data)` or `(children, aux_data, entries)`.
-    pub flatten: Py<PyAny>,
-    /// `unflatten(aux_data, children) -> obj`.
-    pub unflatten: Py<PyAny>,
-    /// JAX's `flatten_with_keys(obj) -> ([(key, child), ...], aux_data)`, if given.
-    pub flatten_with_keys: Option<Py<PyAny>>,
+    pub rule: Rule,
     /// The namespace it was registered in ("" for the global one).
     pub namespace: String,
 }
 
+impl Registration {
+    /// The type's `__name__`, for messages and reprs.
+    pub fn name(&self, py: Python<'_>) -> String {
+        self.ty
+            .bind(py)
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_else(|_| "?".into())
+    }
+}
+
 /// One immutable version of the registry.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Registry {
     global: PtrMap<Arc<Registration>>,
     namespaced: HashMap<String, PtrMap<Arc<Registration>>>,
@@ -54,6 +82,14 @@ impl Registry {
         }
         self.global.get(&key)
     }
+
+    fn table(&mut self, namespace: &str) -> &mut PtrMap<Arc<Registration>> {
+        if namespace.is_empty() {
+            &mut self.global
+        } else {
+            self.namespaced.entry(namespace.to_owned()).or_default()
+        }
+    }
 }
 
 static REGISTRY: Mutex<Option<Arc<Registry>>> = Mutex::new(None);
@@ -64,4 +100,204 @@ pub fn snapshot() -> Arc<Registry> {
     guard
         .get_or_insert_with(|| Arc::new(Registry::default()))
         .clone()
+}
+
+/// Applies `change` to a copy of the registry and publishes the copy.
+fn update<T>(change: impl FnOnce(&mut Registry) -> PyResult<T>) -> PyResult<T> {
+    let mut guard = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+    let mut next: Registry = guard.as_deref().cloned().unwrap_or_default();
+    let out = change(&mut next)?;
+    let old = guard.replace(Arc::new(next));
+    drop(guard);
+    // Released after the lock: dropping the last reference to a registration can run Python
+    // code (a `__del__`), which must not find the registry locked.
+    drop(old);
+    Ok(out)
+}
+
+fn namespace_label(namespace: &str) -> String {
+    if namespace.is_empty() {
+        "the global namespace".into()
+    } else {
+        format!("namespace '{namespace}'")
+    }
+}
+
+/// Builtin node types cannot be registered: their rules are fixed.
+fn check_registrable(cls: &Bound<'_, PyType>) -> PyResult<()> {
+    let py = cls.py();
+    let c = types::collections(py);
+    let builtins = [
+        py.get_type::<PyTuple>().as_ptr(),
+        py.get_type::<PyList>().as_ptr(),
+        py.get_type::<PyDict>().as_ptr(),
+        py.None().bind(py).get_type().as_ptr(),
+        c.ordered_dict.as_ptr(),
+        c.default_dict.as_ptr(),
+        c.deque.as_ptr(),
+    ];
+    if builtins.contains(&cls.as_ptr()) {
+        return Err(PyValueError::new_err(format!(
+            "{} is a built-in pytree node type and cannot be registered",
+            cls.repr()?
+        )));
+    }
+    Ok(())
+}
+
+fn insert(cls: &Bound<'_, PyType>, rule: Rule, namespace: &str) -> PyResult<()> {
+    check_registrable(cls)?;
+    let reg = Arc::new(Registration {
+        ty: cls.clone().unbind(),
+        rule,
+        namespace: namespace.to_owned(),
+    });
+    let key = cls.as_ptr() as usize;
+    update(|r| {
+        let table = r.table(namespace);
+        if table.contains_key(&key) {
+            return Err(PyValueError::new_err(format!(
+                "{} is already registered as a pytree node in {}",
+                cls.repr()?,
+                namespace_label(namespace)
+            )));
+        }
+        table.insert(key, reg);
+        Ok(())
+    })
+}
+
+fn check_callable(f: &Bound<'_, PyAny>, what: &str) -> PyResult<()> {
+    if f.is_callable() {
+        Ok(())
+    } else {
+        Err(PyTypeError::new_err(format!(
+            "{what} must be callable, got {}",
+            f.get_type().name()?
+        )))
+    }
+}
+
+/// Registers `cls` as a pytree node with user flatten and unflatten functions.
+///
+/// `flatten_func(obj)` returns `(children, aux_data)` (JAX) or `(children, aux_data,
+/// entries)` (optree); `unflatten_func(aux_data, children)` rebuilds the object. The empty
+/// namespace is the global one. Returns `cls`.
+#[pyfunction]
+#[pyo3(signature = (cls, /, flatten_func, unflatten_func, *, flatten_with_keys_func = None, namespace = ""))]
+pub fn register_pytree_node<'py>(
+    cls: &Bound<'py, PyAny>,
+    flatten_func: &Bound<'py, PyAny>,
+    unflatten_func: &Bound<'py, PyAny>,
+    flatten_with_keys_func: Option<&Bound<'py, PyAny>>,
+    namespace: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    let ty = as_type(cls)?;
+    check_callable(flatten_func, "flatten_func")?;
+    check_callable(unflatten_func, "unflatten_func")?;
+    if let Some(f) = flatten_with_keys_func {
+        check_callable(f, "flatten_with_keys_func")?;
+    }
+    let rule = Rule::Custom {
+        flatten: flatten_func.clone().unbind(),
+        unflatten: unflatten_func.clone().unbind(),
+        flatten_with_keys: flatten_with_keys_func.map(|f| f.clone().unbind()),
+    };
+    insert(ty, rule, namespace)?;
+    Ok(cls.clone())
+}
+
+fn as_type<'a, 'py>(cls: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyType>> {
+    cls.cast::<PyType>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "expected a class to register, got {}",
+            cls.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    })
+}
+
+/// Registers a dataclass whose fields were checked by the Python layer.
+#[pyfunction]
+#[pyo3(signature = (cls, data_fields, meta_fields, *, call_init = true, namespace = ""))]
+pub fn _register_dataclass_fields<'py>(
+    cls: &Bound<'py, PyAny>,
+    data_fields: Vec<Bound<'py, PyString>>,
+    meta_fields: Vec<Bound<'py, PyString>>,
+    call_init: bool,
+    namespace: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    let ty = as_type(cls)?;
+    let intern = |names: Vec<Bound<'py, PyString>>| -> Vec<Py<PyString>> {
+        names
+            .into_iter()
+            .map(|n| PyString::intern(cls.py(), &n.to_string_lossy()).unbind())
+            .collect()
+    };
+    let rule = Rule::Dataclass {
+        data: intern(data_fields),
+        meta: intern(meta_fields),
+        call_init,
+    };
+    insert(ty, rule, namespace)?;
+    Ok(cls.clone())
+}
+
+/// Registers `cls` as a static node: no children, the instance itself kept in the treedef.
+///
+/// >>> class Units:
+/// ...     def __init__(self, name): self.name = name
+/// ...     def __eq__(self, other): return isinstance(other, Units) and other.name == self.name
+/// ...     def __hash__(self): return hash(self.name)
+/// >>> _ = register_static(Units)
+/// >>> tree_leaves([Units('m'), 1.5])
+/// [1.5]
+#[pyfunction]
+#[pyo3(signature = (cls, /, *, namespace = ""))]
+pub fn register_static<'py>(
+    cls: &Bound<'py, PyAny>,
+    namespace: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    insert(as_type(cls)?, Rule::Static, namespace)?;
+    Ok(cls.clone())
+}
+
+/// Removes the registration of `cls` in `namespace`. Treespecs built before keep working.
+#[pyfunction]
+#[pyo3(signature = (cls, /, *, namespace = ""))]
+pub fn unregister_pytree_node(cls: &Bound<'_, PyAny>, namespace: &str) -> PyResult<()> {
+    let ty = as_type(cls)?;
+    check_registrable(ty)?;
+    let key = ty.as_ptr() as usize;
+    let removed = update(|r| {
+        let found = r.table(namespace).remove(&key);
+        if !namespace.is_empty() && r.namespaced.get(namespace).is_some_and(|t| t.is_empty()) {
+            r.namespaced.remove(namespace);
+        }
+        Ok(found)
+    })?;
+    match removed {
+        // Dropped here, with the GIL held, rather than inside the registry lock.
+        Some(reg) => {
+            drop(reg);
+            Ok(())
+        }
+        None => Err(PyValueError::new_err(format!(
+            "{} is not registered as a pytree node in {}",
+            ty.repr()?,
+            namespace_label(namespace)
+        ))),
+    }
+}
+
+/// The registered node types of a namespace (with the global ones when `namespace` is not
+/// empty), for introspection.
+#[pyfunction]
+#[pyo3(signature = (*, namespace = ""))]
+pub fn registered_types(py: Python<'_>, namespace: &str) -> Vec<Py<PyType>> {
+    let reg = snapshot();
+    let mut out: Vec<Py<PyType>> = reg.global.values().map(|r| r.ty.clone_ref(py)).collect();
+    if let Some(t) = reg.namespaced.get(namespace) {
+        out.extend(t.values().map(|r| r.ty.clone_ref(py)));
+    }
+    out
 }

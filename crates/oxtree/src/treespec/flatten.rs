@@ -379,12 +379,30 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
         reg: Arc<Registration>,
     ) -> PyResult<Frame<'py>> {
         let py = self.py;
-        let out = reg.flatten.bind(py).call1((&obj,))?;
-        let (children, aux) = split_flatten_result(py, &reg, &out)?;
+        let (children, aux) = super::custom::flatten(py, &reg, &obj)?;
+        // Aux data goes into the treedef, which is hashed and compared: refuse it here, with
+        // the type named, rather than later in a jit cache lookup.
+        let known_hashable =
+            aux.is_none() || (aux.is_exact_instance_of::<PyTuple>() && aux.len()? == 0);
+        if let Err(e) = if known_hashable { Ok(0) } else { aux.hash() } {
+            let err = TreeError::Type(format!(
+                "the aux data of a {} node must be hashable, got {}",
+                reg.name(py),
+                short_repr(&aux, 80)
+            ));
+            let err: PyErr = err.into();
+            err.set_cause(py, Some(e));
+            return Err(err);
+        }
         let mut node = Node::bare(Kind::Custom, children.len(), 0, 0);
         node.data = Some(aux.unbind());
         node.custom = Some(reg);
-        Ok(Frame::new(obj, Items::Owned(children.into_iter()), node))
+        let items = match children {
+            super::custom::Children::Tuple(t) => Items::Tuple(t),
+            super::custom::Children::List(l) => Items::List(l),
+            super::custom::Children::Vec(v) => Items::Owned(v.into_iter()),
+        };
+        Ok(Frame::new(obj, items, node))
     }
 
     #[inline(always)]
@@ -570,43 +588,6 @@ pub fn sort_keys<'py>(keys: &Bound<'py, PyList>) -> PyResult<Bound<'py, PyList>>
         Err(e) if e.is_instance_of::<PyTypeError>(py) => Ok(keys.get_slice(0, keys.len())),
         Err(e) => Err(e),
     }
-}
-
-/// Splits what a registered flatten function returned into its children and aux data.
-fn split_flatten_result<'py>(
-    py: Python<'py>,
-    reg: &Registration,
-    out: &Bound<'py, PyAny>,
-) -> PyResult<(Vec<Bound<'py, PyAny>>, Bound<'py, PyAny>)> {
-    let bad = |why: &str| -> PyErr {
-        let name = reg
-            .ty
-            .bind(py)
-            .qualname()
-            .map(|n| n.to_string())
-            .unwrap_or_default();
-        TreeError::Type(format!(
-            "the flatten function registered for {name} must return (children, aux_data) or \
-             (children, aux_data, entries); {why}: {}",
-            short_repr(out, 80)
-        ))
-        .into()
-    };
-    let Ok(parts) = out.cast::<PyTuple>() else {
-        return Err(bad("it returned"));
-    };
-    if parts.len() != 2 && parts.len() != 3 {
-        return Err(bad(&format!(
-            "it returned a tuple of length {}",
-            parts.len()
-        )));
-    }
-    let children = parts.get_item(0)?;
-    let iter = children
-        .try_iter()
-        .map_err(|_| bad("its children are not iterable"))?;
-    let children = iter.collect::<PyResult<Vec<_>>>()?;
-    Ok((children, parts.get_item(1)?))
 }
 
 /// Walks `tree` with the options chosen once, as compile-time parameters.

@@ -5,6 +5,7 @@
 //! and hashing linear scans.
 
 mod compare;
+mod custom;
 pub mod flatten;
 mod pickle;
 mod repr;
@@ -104,6 +105,18 @@ impl Node {
                     .as_ref()
                     .and_then(|t| types::field_names(t.bind(py), self.kind).ok())
                     .and_then(|names| names.into_iter().nth(j).flatten());
+                match name {
+                    Some(n) => PathEntry::Attr(n),
+                    None => PathEntry::Index(j),
+                }
+            }
+            Kind::Custom => {
+                let name = self
+                    .custom
+                    .as_ref()
+                    .and_then(|r| custom::child_names(r))
+                    .and_then(|names| names.get(j))
+                    .map(|n| n.bind(py).to_string_lossy().into_owned());
                 match name {
                     Some(n) => PathEntry::Attr(n),
                     None => PathEntry::Index(j),

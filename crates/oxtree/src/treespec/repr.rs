@@ -5,7 +5,7 @@
 
 use pyo3::prelude::*;
 
-use super::PyTreeSpec;
+use super::{custom, PyTreeSpec};
 use crate::kind::Kind;
 use crate::types;
 
@@ -48,6 +48,7 @@ pub fn body(spec: &PyTreeSpec, py: Python<'_>) -> PyResult<String> {
             },
             _ => Vec::new(),
         };
+        let labels_owned: Vec<String>;
         let (open, close, labels): (String, String, Option<(&[String], &str)>) = match node.kind {
             Kind::Leaf => ("*".into(), String::new(), None),
             Kind::None => ("None".into(), String::new(), None),
@@ -105,13 +106,33 @@ pub fn body(spec: &PyTreeSpec, py: Python<'_>) -> PyResult<String> {
             }
             Kind::Custom => {
                 let reg = node.custom.as_ref().expect("kept");
-                let name = reg.ty.bind(py).getattr("__name__")?.to_string();
-                let aux = repr_of(node.data.as_ref().expect("kept").bind(py))?;
-                (
-                    format!("CustomTreeNode({name}[{aux}], ["),
-                    "])".into(),
-                    None,
-                )
+                let aux = node.data.as_ref().expect("kept").bind(py);
+                let name = reg.name(py);
+                match custom::child_names(reg) {
+                    // Dataclasses: meta fields as `name=value` in the brackets, data fields
+                    // labelled among the children.
+                    Some(data) => {
+                        let meta = match &reg.rule {
+                            crate::registry::Rule::Dataclass { meta, .. } => meta.as_slice(),
+                            _ => &[],
+                        };
+                        let mut parts = Vec::new();
+                        for (m, v) in meta.iter().zip(aux.try_iter()?) {
+                            parts.push(format!("{}={}", m.bind(py), repr_of(&v?)?));
+                        }
+                        labels_owned = data.iter().map(|n| n.bind(py).to_string()).collect();
+                        (
+                            format!("CustomTreeNode({name}[{}], [", parts.join(", ")),
+                            "])".into(),
+                            Some((labels_owned.as_slice(), "=")),
+                        )
+                    }
+                    None => (
+                        format!("CustomTreeNode({name}[{}], [", repr_of(aux)?),
+                        "])".into(),
+                        None,
+                    ),
+                }
             }
         };
         out.push_str(&open);

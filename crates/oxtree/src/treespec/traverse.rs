@@ -136,29 +136,16 @@ fn node_children<'py>(
             if obj.get_type().as_ptr() != reg.ty.as_ptr() {
                 return Ok(false);
             }
-            let res = reg.flatten.bind(py).call1((obj,))?;
-            let Ok(parts) = res.cast::<PyTuple>() else {
-                return Ok(false);
-            };
-            if parts.len() < 2 {
-                return Ok(false);
-            }
-            let aux = parts.get_item(1)?;
+            let (kids, aux) = super::custom::flatten(py, reg, obj)?;
             let expected = node
                 .data
                 .as_ref()
                 .expect("custom nodes keep their aux data")
                 .bind(py);
-            if !aux.eq(expected)? {
+            if kids.len() != node.arity || !(aux.is(expected) || aux.eq(expected)?) {
                 return Ok(false);
             }
-            let before = out.len();
-            for child in parts.get_item(0)?.try_iter()? {
-                out.push(child?);
-            }
-            if out.len() - before != node.arity {
-                return Ok(false);
-            }
+            out.extend(kids.into_vec());
         }
         Kind::Leaf | Kind::None => unreachable!("handled by the caller"),
     }
@@ -199,8 +186,7 @@ pub fn describe_node(py: Python<'_>, node: &Node) -> String {
             let name = node
                 .custom
                 .as_ref()
-                .and_then(|r| r.ty.bind(py).qualname().ok())
-                .map(|n| n.to_string())
+                .map(|r| r.name(py))
                 .unwrap_or_else(|| "?".into());
             let aux = node
                 .data

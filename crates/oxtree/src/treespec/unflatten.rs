@@ -201,9 +201,7 @@ fn make_node<'py>(
                 .custom
                 .as_ref()
                 .expect("custom nodes keep their registration");
-            reg.unflatten
-                .bind(py)
-                .call1((data(), tuple_from(py, children)))?
+            super::custom::unflatten(py, reg, data(), tuple_from(py, children))?
         }
         Kind::Leaf | Kind::None => unreachable!("leaves and None have no children"),
     })

@@ -1,0 +1,173 @@
+//! Taking registered nodes apart and putting them back, for each kind of rule.
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple};
+
+use crate::errors::{short_repr, TreeError};
+use crate::registry::{Registration, Rule};
+
+/// The children of a registered node: the tuple or list a flatten function returned as is,
+/// or a vector of what iterating its result gave.
+pub enum Children<'py> {
+    Tuple(Bound<'py, PyTuple>),
+    List(Bound<'py, pyo3::types::PyList>),
+    Vec(Vec<Bound<'py, PyAny>>),
+}
+
+impl<'py> Children<'py> {
+    pub fn len(&self) -> usize {
+        match self {
+            Children::Tuple(t) => t.len(),
+            Children::List(l) => l.len(),
+            Children::Vec(v) => v.len(),
+        }
+    }
+
+    pub fn into_vec(self) -> Vec<Bound<'py, PyAny>> {
+        match self {
+            Children::Tuple(t) => t.iter().collect(),
+            Children::List(l) => l.iter().collect(),
+            Children::Vec(v) => v,
+        }
+    }
+}
+
+/// The children and aux data of a registered node.
+pub fn flatten<'py>(
+    py: Python<'py>,
+    reg: &Registration,
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<(Children<'py>, Bound<'py, PyAny>)> {
+    match &reg.rule {
+        Rule::Custom { flatten, .. } => {
+            let out = flatten.bind(py).call1((obj,))?;
+            split_flatten_result(py, reg, &out)
+        }
+        Rule::Dataclass { data, meta, .. } => {
+            let mut children = Vec::with_capacity(data.len());
+            for name in data {
+                children.push(obj.getattr(name.bind(py))?);
+            }
+            let mut values = Vec::with_capacity(meta.len());
+            for name in meta {
+                values.push(obj.getattr(name.bind(py))?);
+            }
+            Ok((
+                Children::Vec(children),
+                super::tuple_from_vec(py, values).into_any(),
+            ))
+        }
+        Rule::Static => Ok((Children::Vec(Vec::new()), obj.clone())),
+    }
+}
+
+/// Splits what a registered flatten function returned into its children and aux data.
+fn split_flatten_result<'py>(
+    py: Python<'py>,
+    reg: &Registration,
+    out: &Bound<'py, PyAny>,
+) -> PyResult<(Children<'py>, Bound<'py, PyAny>)> {
+    let bad = |why: &str| -> PyErr {
+        TreeError::Type(format!(
+            "the flatten function registered for {} must return (children, aux_data) or \
+             (children, aux_data, entries); {why}: {}",
+            reg.name(py),
+            short_repr(out, 80)
+        ))
+        .into()
+    };
+    let Ok(parts) = out.cast::<PyTuple>() else {
+        return Err(bad("it returned"));
+    };
+    if parts.len() != 2 && parts.len() != 3 {
+        return Err(bad(&format!(
+            "it returned a tuple of length {}",
+            parts.len()
+        )));
+    }
+    let children = parts.get_item(0)?;
+    let children = if children.is_exact_instance_of::<PyTuple>() {
+        // SAFETY: the exact type was just checked.
+        Children::Tuple(unsafe { children.cast_into_unchecked() })
+    } else if children.is_exact_instance_of::<pyo3::types::PyList>() {
+        // SAFETY: the exact type was just checked.
+        Children::List(unsafe { children.cast_into_unchecked() })
+    } else {
+        let iter = children
+            .try_iter()
+            .map_err(|_| bad("its children are not iterable"))?;
+        Children::Vec(iter.collect::<PyResult<Vec<_>>>()?)
+    };
+    Ok((children, parts.get_item(1)?))
+}
+
+struct ObjectMethods {
+    new: Py<PyAny>,
+}
+
+static OBJECT: PyOnceLock<ObjectMethods> = PyOnceLock::new();
+
+/// Rebuilds a registered node from its aux data and children (in leaf order).
+pub fn unflatten<'py>(
+    py: Python<'py>,
+    reg: &Registration,
+    aux: &Bound<'py, PyAny>,
+    children: Bound<'py, PyTuple>,
+) -> PyResult<Bound<'py, PyAny>> {
+    match &reg.rule {
+        Rule::Custom { unflatten, .. } => unflatten.bind(py).call1((aux, children)),
+        Rule::Static => Ok(aux.clone()),
+        Rule::Dataclass {
+            data,
+            meta,
+            call_init,
+        } => {
+            let ty = reg.ty.bind(py);
+            let meta_values = aux.cast::<PyTuple>()?;
+            if *call_init {
+                let kwargs = PyDict::new(py);
+                for (name, value) in data.iter().zip(children.iter()) {
+                    kwargs.set_item(name.bind(py), value)?;
+                }
+                for (name, value) in meta.iter().zip(meta_values.iter()) {
+                    kwargs.set_item(name.bind(py), value)?;
+                }
+                ty.call((), Some(&kwargs))
+            } else {
+                let methods = OBJECT.get_or_try_init(py, || -> PyResult<ObjectMethods> {
+                    let object = py.get_type::<pyo3::types::PyAny>();
+                    Ok(ObjectMethods {
+                        new: object.getattr("__new__")?.unbind(),
+                    })
+                })?;
+                let obj = methods.new.bind(py).call1((ty,))?;
+                let fields = data
+                    .iter()
+                    .zip(children.iter())
+                    .chain(meta.iter().zip(meta_values.iter()));
+                for (name, value) in fields {
+                    // SAFETY: both objects are live; PyObject_GenericSetAttr is what
+                    // `object.__setattr__` does: it bypasses a frozen dataclass's own
+                    // `__setattr__` and stores into `__dict__` or a slot.
+                    let rc = unsafe {
+                        ffi::PyObject_GenericSetAttr(obj.as_ptr(), name.as_ptr(), value.as_ptr())
+                    };
+                    if rc < 0 {
+                        return Err(PyErr::fetch(py));
+                    }
+                }
+                Ok(obj)
+            }
+        }
+    }
+}
+
+/// The field names of a dataclass node's children, if the rule knows them.
+pub fn child_names(reg: &Registration) -> Option<&[Py<pyo3::types::PyString>]> {
+    match &reg.rule {
+        Rule::Dataclass { data, .. } => Some(data),
+        _ => None,
+    }
+}
