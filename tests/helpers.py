@@ -465,7 +465,12 @@ def widen(tree: Any, none_is_leaf: bool, optree_module: Any) -> Any:
 # --------------------------------------------------------------------------------------------------
 # Hypothesis strategy for random trees.
 
-_KEYS = st.one_of(st.integers(-3, 3), st.text(alphabet="abcxyz", max_size=2))
+_KEYS = st.one_of(
+    st.integers(-3, 3),
+    st.text(alphabet="abcxyz", max_size=2),
+    st.sampled_from([0.5, -1.5, 2.0, None, b"k"]),
+    st.tuples(st.integers(0, 2)),
+)
 _LEAVES = st.one_of(
     st.none(),
     st.integers(-3, 3),

@@ -8,7 +8,14 @@ import importlib
 import oxtree
 import pytest
 
-MODULES = ["oxtree", "oxtree._core", "oxtree.registry", "oxtree.dataclasses", "oxtree.functools"]
+MODULES = [
+    "oxtree",
+    "oxtree._core",
+    "oxtree.registry",
+    "oxtree.dataclasses",
+    "oxtree.functools",
+    "oxtree.accessors",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

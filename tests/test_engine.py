@@ -8,9 +8,11 @@ from __future__ import annotations
 import copy
 import enum
 import pickle
+import sys
 from collections import OrderedDict, defaultdict, deque, namedtuple
 from typing import Any
 
+import numpy as np
 import optree
 import oxtree
 import pytest
@@ -256,6 +258,12 @@ def test_defaultdict_leaves_sorted_order_restored():
     assert list(oxtree.tree_map(str, tree)) == ["b", "a"]
 
 
+class Label(str):
+    """A str subclass: compares with str directly."""
+
+    __slots__ = ()
+
+
 class Zed:
     """Orderable among its own kind only. Its type sorts before `int` by bare name ('Zed' <
     'int') but after it by module-qualified name ('builtins.int' < 'test_engine.Zed')."""
@@ -283,6 +291,12 @@ class Zed:
         return f"Zed({self.value})"
 
 
+# Types whose __module__ is not a str (some dynamically made classes): their type name for the
+# mixed-type ordering cannot be formed, which must not turn into an error.
+ModulelessZed = type("ModulelessZed", (Zed,), {"__module__": None})
+IntModuleZed = type("IntModuleZed", (Zed,), {})
+IntModuleZed.__module__ = 5
+
 KEY_ORDER_CASES = {
     "comparable_int_float": {2: "a", 1.5: "b", 0: "c"},
     "str_and_int": {"b": 1, 2: 2, "a": 3, 1: 4},
@@ -296,6 +310,13 @@ KEY_ORDER_CASES = {
     "incomparable_objects": {OPAQUE: 1, Point: 2, make_default: 3},
     "none_key": {None: 0, 1: 1, "a": 2},
     "bool_and_int_keys": {True: "t", 0: "z", 2: "two"},
+    "numpy_scalar_keys": {np.int64(2): "a", 1: "b", "c": "c", np.float32(0.5): "d"},
+    "complex_keys": {2j: 1, 1j: 2, "a": 3},
+    "bytes_and_str_keys": {b"b": 1, "a": 2, b"a": 3},
+    "str_subclass_keys": {Label("b"): 1, "a": 2, Label("c"): 3},
+    "moduleless_key_type": {ModulelessZed(2): 1, "a": 2, ModulelessZed(1): 3},
+    "int_module_key_type": {IntModuleZed(2): 1, "a": 2, IntModuleZed(1): 3},
+    "equal_int_float_bool": {1.0: "f", 0: "z", 2: "t"},
 }
 
 
@@ -693,6 +714,31 @@ def test_namedtuple_types_kept():
     assert rebuilt == tree
 
 
+@pytest.mark.parametrize(
+    "structseq",
+    [sys.flags, sys.version_info, sys.float_info, sys.hash_info, sys.thread_info],
+    ids=["flags", "version_info", "float_info", "hash_info", "thread_info"],
+)
+def test_struct_sequences_from_sys(structseq):
+    # Some struct sequence types cannot be instantiated from Python (sys.flags, sys.version_info):
+    # they still flatten like any struct sequence; only rebuilding them fails, as in optree.
+    tree = [structseq, {"k": structseq}]
+    leaves, spec = oxtree.tree_flatten(tree)
+    expected_leaves, expected_spec = optree.tree_flatten(tree)
+    assert_same_leaves(leaves, expected_leaves)
+    assert repr(spec) == repr(expected_spec)
+    assert int(spec.child(0).kind) == int(optree.PyTreeKind.STRUCTSEQUENCE)
+    assert spec.child(0).type is type(structseq)
+    assert spec == oxtree.tree_structure(tree)
+    try:
+        expected = optree.tree_unflatten(expected_spec, leaves)
+    except TypeError:
+        with pytest.raises(TypeError):
+            spec.unflatten(leaves)
+    else:
+        assert_same_tree(spec.unflatten(leaves), expected)
+
+
 def test_shared_references_are_not_cycles():
     shared = [1, {"a": 2}]
     tree = [shared, (shared, {"k": shared})]
@@ -718,6 +764,38 @@ def test_hypothesis_flatten_unflatten(tree, none_is_leaf):
     assert_same_tree(spec.unflatten(leaves), tree)
     assert_same_leaves(oxtree.tree_leaves(tree, none_is_leaf=none_is_leaf), expected_leaves)
     assert pickle.loads(pickle.dumps(spec)) == spec
+
+
+@HYPOTHESIS_SETTINGS
+@given(
+    tree=trees(max_leaves=16),
+    inner=trees(max_leaves=4),
+    none_is_leaf=st.booleans(),
+    is_leaf=st.sampled_from([None, *PREDICATES]),
+)
+def test_hypothesis_treespec_methods(tree, inner, none_is_leaf, is_leaf):
+    kwargs = {"is_leaf": is_leaf, "none_is_leaf": none_is_leaf}
+    leaves, spec = oxtree.tree_flatten(tree, **kwargs)
+    expected_leaves, expected = optree.tree_flatten(tree, **kwargs)
+    assert_same_leaves(leaves, expected_leaves)
+    assert repr(spec) == repr(expected)
+    assert (spec.num_leaves, spec.num_nodes, spec.num_children) == (
+        expected.num_leaves,
+        expected.num_nodes,
+        expected.num_children,
+    )
+    assert int(spec.kind) == int(expected.kind)
+    assert spec.type is expected.type
+    assert [repr(c) for c in spec.children()] == [repr(c) for c in expected.children()]
+    assert_same_tree(spec.unflatten(leaves), tree)
+    wide = widen(tree, none_is_leaf, optree) if is_leaf is None else tree
+    assert_same_leaves(spec.flatten_up_to(wide), expected.flatten_up_to(wide))
+    inner_spec = oxtree.tree_structure(inner, none_is_leaf=none_is_leaf)
+    composed = spec.compose(inner_spec)
+    expected_composed = expected.compose(optree.tree_structure(inner, none_is_leaf=none_is_leaf))
+    assert repr(composed) == repr(expected_composed)
+    rebuilt = expected_composed.unflatten(range(expected_composed.num_leaves))
+    assert composed == oxtree.tree_structure(rebuilt, none_is_leaf=none_is_leaf)
 
 
 @HYPOTHESIS_SETTINGS

@@ -19,7 +19,7 @@ from typing import Any
 import optree
 import oxtree
 import pytest
-from helpers import GMTIME, Pair, Point, assert_same_leaves, parametrize
+from helpers import GMTIME, STAT, Pair, Point, assert_same_leaves, parametrize
 
 # --------------------------------------------------------------------------------------------------
 # Helpers.
@@ -107,6 +107,16 @@ MISMATCHES: dict[str, tuple[Any, Any, str, list[str], bool]] = {
         False,
     ),
     "node_vs_leaf": ((1, (2, 3)), (1, 5), "tree[1]", ["tuple"], False),
+    "quoted_str_key": ({"it's": (1,)}, {"it's": [1]}, 'tree["it\'s"]', ["tuple", "list"], False),
+    "tuple_key": ({(1, "a"): (1,)}, {(1, "a"): [1]}, "tree[(1, 'a')]", ["tuple", "list"], False),
+    "none_key": ({None: (1,), 0: 0}, {None: [1], 0: 0}, "tree[None]", ["tuple", "list"], False),
+    "stat_result_vs_tuple": (
+        {"s": STAT},
+        {"s": tuple(range(10))},
+        "tree['s']",
+        ["stat_result", "tuple"],
+        False,
+    ),
     "none_vs_leaf": ((1, None), (1, 3), "tree[1]", ["None"], False),
     "none_vs_node": ([None], [(1,)], "tree[0]", ["None", "tuple"], False),
     "node_vs_none": ([[1]], [None], "tree[0]", ["list", "None"], False),
@@ -303,6 +313,14 @@ def _ordereddict_cycle():
     return od, "tree['z'][0]"
 
 
+def _inner_cycle():
+    # The cycle does not pass through the root: it closes where `a` reappears below itself.
+    a = [0]
+    b = [a]
+    a.append(b)
+    return {"k": [a]}, "tree['k'][0][1][0]"
+
+
 CYCLES = {
     "list": _list_cycle,
     "dict": _dict_cycle,
@@ -310,6 +328,7 @@ CYCLES = {
     "tuple": _tuple_cycle,
     "deque": _deque_cycle,
     "ordereddict": _ordereddict_cycle,
+    "inner": _inner_cycle,
 }
 
 CYCLE_CALLS = {
@@ -1118,22 +1137,34 @@ def test_corrupted_pickles_never_crash():
 
 NOT_CALLABLE = 5
 IS_LEAF_CALLS = {
-    "tree_flatten": lambda p: oxtree.tree_flatten([1, (2,)], is_leaf=p),
-    "tree_flatten_positional": lambda p: oxtree.tree_flatten([1, (2,)], p),
-    "tree_leaves": lambda p: oxtree.tree_leaves([1, (2,)], is_leaf=p),
-    "tree_structure": lambda p: oxtree.tree_structure([1, (2,)], is_leaf=p),
-    "tree_iter": lambda p: list(oxtree.tree_iter([1, (2,)], is_leaf=p)),
-    "tree_is_leaf": lambda p: oxtree.tree_is_leaf([1, (2,)], is_leaf=p),
-    "all_leaves": lambda p: oxtree.all_leaves([[1, (2,)]], is_leaf=p),
-    "tree_map": lambda p: oxtree.tree_map(str, [1, (2,)], is_leaf=p),
-    "tree_map_": lambda p: oxtree.tree_map_(str, [1, (2,)], is_leaf=p),
+    "tree_flatten": lambda t, p: oxtree.tree_flatten(t, is_leaf=p),
+    "tree_flatten_positional": lambda t, p: oxtree.tree_flatten(t, p),
+    "tree_leaves": lambda t, p: oxtree.tree_leaves(t, is_leaf=p),
+    "tree_structure": lambda t, p: oxtree.tree_structure(t, is_leaf=p),
+    "tree_iter": lambda t, p: list(oxtree.tree_iter(t, is_leaf=p)),
+    "tree_is_leaf": lambda t, p: oxtree.tree_is_leaf(t, is_leaf=p),
+    "all_leaves": lambda t, p: oxtree.all_leaves([t], is_leaf=p),
+    "tree_map": lambda t, p: oxtree.tree_map(str, t, is_leaf=p),
+    "tree_map_": lambda t, p: oxtree.tree_map_(str, t, is_leaf=p),
 }
 
 
 @parametrize(call=list(IS_LEAF_CALLS), predicate=[NOT_CALLABLE, "is_leaf", [len]])
 def test_non_callable_is_leaf(call, predicate):
     with pytest.raises(TypeError, match="is_leaf"):
-        IS_LEAF_CALLS[call](predicate)
+        IS_LEAF_CALLS[call]([1, (2,)], predicate)
+
+
+@parametrize(call=list(IS_LEAF_CALLS), tree=[[], 1, None])
+def test_non_callable_is_leaf_is_refused_before_traversal(call, tree):
+    # Refused even when the predicate would never (or only once) be asked anything.
+    with pytest.raises(TypeError, match="is_leaf"):
+        IS_LEAF_CALLS[call](tree, NOT_CALLABLE)
+
+
+def test_treespec_cannot_be_constructed_directly():
+    with pytest.raises(TypeError):
+        oxtree.PyTreeSpec()
 
 
 def test_unflatten_leaves_not_iterable():
@@ -1154,7 +1185,7 @@ def test_unflatten_not_a_spec(not_a_spec):
         oxtree.tree_unflatten(not_a_spec, [1, 2])
 
 
-@pytest.mark.parametrize("tree", [[1, (2,)], {"a": 1}, 3])
+@pytest.mark.parametrize("tree", [[1, (2,)], {"a": 1}, 3, [], None])
 def test_tree_map_non_callable_func(tree):
     with pytest.raises(TypeError):
         oxtree.tree_map(5, tree)

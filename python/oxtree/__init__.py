@@ -17,24 +17,49 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from oxtree import dataclasses
 from oxtree._core import (
     GLOBAL_NAMESPACE,
     MAX_RECURSION_DEPTH,
     NONE_IS_LEAF,
     NONE_IS_NODE,
+    DictKey,
+    FlattenedIndexKey,
+    GetAttrKey,
     PyTreeKind,
     PyTreeSpec,
+    SequenceKey,
     all_leaves,
+    keystr,
     tree_flatten,
+    tree_flatten_with_path,
     tree_is_leaf,
     tree_leaves,
+    tree_leaves_with_path,
     tree_map,
     tree_map_,
+    tree_map_with_path,
+    tree_paths,
     tree_structure,
     tree_unflatten,
 )
-
-from oxtree import dataclasses
+from oxtree.accessors import (
+    AutoEntry,
+    DataclassEntry,
+    FlattenedEntry,
+    GetAttrEntry,
+    GetItemEntry,
+    MappingEntry,
+    NamedTupleEntry,
+    PyTreeAccessor,
+    PyTreeEntry,
+    SequenceEntry,
+    StructSequenceEntry,
+    tree_accessors,
+    tree_flatten_with_accessor,
+    tree_map_with_accessor,
+    tree_set,
+)
 from oxtree.functools import Partial
 from oxtree.registry import (
     register_dataclass,
@@ -68,6 +93,30 @@ def tree_iter(
 
 
 __all__ = [
+    "AutoEntry",
+    "DataclassEntry",
+    "DictKey",
+    "FlattenedEntry",
+    "FlattenedIndexKey",
+    "GetAttrEntry",
+    "GetAttrKey",
+    "GetItemEntry",
+    "MappingEntry",
+    "NamedTupleEntry",
+    "PyTreeAccessor",
+    "PyTreeEntry",
+    "SequenceEntry",
+    "SequenceKey",
+    "StructSequenceEntry",
+    "keystr",
+    "tree_accessors",
+    "tree_flatten_with_accessor",
+    "tree_flatten_with_path",
+    "tree_leaves_with_path",
+    "tree_map_with_accessor",
+    "tree_map_with_path",
+    "tree_paths",
+    "tree_set",
     "GLOBAL_NAMESPACE",
     "MAX_RECURSION_DEPTH",
     "NONE_IS_LEAF",

@@ -2,7 +2,7 @@
 
 from collections.abc import Callable, Iterable
 from enum import IntEnum
-from typing import Any, Final, TypeVar, final
+from typing import Any, Final, Self, TypeVar, final
 
 _T = TypeVar("_T")
 
@@ -27,6 +27,18 @@ __all__ = [
     "register_static",
     "_register_dataclass_fields",
     "registered_types",
+    "SequenceKey",
+    "DictKey",
+    "GetAttrKey",
+    "FlattenedIndexKey",
+    "keystr",
+    "tree_flatten_with_path",
+    "tree_paths",
+    "tree_flatten_with_keys",
+    "tree_leaves_with_path",
+    "tree_map_with_path",
+    "tree_map_with_keys",
+    "_flatten_with_steps",
 ]
 
 MAX_RECURSION_DEPTH: Final[int]
@@ -73,6 +85,11 @@ class PyTreeSpec:
     def unflatten(self, leaves: Iterable[Any]) -> Any: ...
     def flatten_up_to(self, tree: Any) -> list[Any]: ...
     def compose(self, inner: PyTreeSpec) -> PyTreeSpec: ...
+    def paths(self) -> list[tuple[Any, ...]]: ...
+    def accessors(self) -> Any: ...
+    def entries(self) -> list[Any]: ...
+    def entry(self, index: int) -> Any: ...
+    def key_paths(self) -> list[tuple[Any, ...]]: ...
     def __len__(self) -> int: ...
     def __eq__(self, value: object, /) -> bool: ...
     def __ne__(self, value: object, /) -> bool: ...
@@ -161,3 +178,121 @@ def _register_dataclass_fields(
     namespace: str = "",
 ) -> type[_T]: ...
 def registered_types(*, namespace: str = "") -> list[type]: ...
+
+@final
+class SequenceKey:
+    """A position in a sequence: ``SequenceKey(idx=0)``, printed ``[0]``."""
+
+    __match_args__ = ("idx",)
+    def __new__(cls, idx: int) -> Self: ...
+    @property
+    def idx(self) -> int: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __ne__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __reduce__(self) -> tuple[Any, ...]: ...
+
+@final
+class DictKey:
+    """A mapping key: ``DictKey(key='a')``, printed ``['a']``."""
+
+    __match_args__ = ("key",)
+    def __new__(cls, key: Any) -> Self: ...
+    @property
+    def key(self) -> Any: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __ne__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __reduce__(self) -> tuple[Any, ...]: ...
+
+@final
+class GetAttrKey:
+    """An attribute or field: ``GetAttrKey(name='x')``, printed ``.x``."""
+
+    __match_args__ = ("name",)
+    def __new__(cls, name: str) -> Self: ...
+    @property
+    def name(self) -> str: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __ne__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __reduce__(self) -> tuple[Any, ...]: ...
+
+@final
+class FlattenedIndexKey:
+    """A child of a node that names no keys: printed ``[<flat index 0>]``."""
+
+    __match_args__ = ("key",)
+    def __new__(cls, key: Any) -> Self: ...
+    @property
+    def key(self) -> Any: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __ne__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __reduce__(self) -> tuple[Any, ...]: ...
+
+def keystr(keys: Iterable[Any], *, simple: bool = False, separator: str = "") -> str: ...
+def tree_flatten_with_path(
+    tree: Any,
+    /,
+    is_leaf: Callable[..., bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+    is_leaf_takes_path: bool = False,
+) -> tuple[list[tuple[Any, ...]], list[Any], PyTreeSpec]: ...
+def tree_paths(
+    tree: Any,
+    /,
+    is_leaf: Callable[..., bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+    is_leaf_takes_path: bool = False,
+) -> list[tuple[Any, ...]]: ...
+def tree_flatten_with_keys(
+    tree: Any,
+    /,
+    is_leaf: Callable[..., bool] | None = None,
+    *,
+    is_leaf_takes_path: bool = False,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> tuple[list[tuple[tuple[Any, ...], Any]], PyTreeSpec]: ...
+def tree_leaves_with_path(
+    tree: Any,
+    /,
+    is_leaf: Callable[..., bool] | None = None,
+    *,
+    is_leaf_takes_path: bool = False,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> list[tuple[tuple[Any, ...], Any]]: ...
+def tree_map_with_path(
+    func: Callable[..., Any],
+    tree: Any,
+    /,
+    *rests: Any,
+    is_leaf: Callable[..., bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+    is_leaf_takes_path: bool = False,
+) -> Any: ...
+def tree_map_with_keys(
+    func: Callable[..., Any],
+    tree: Any,
+    /,
+    *rests: Any,
+    is_leaf: Callable[..., bool] | None = None,
+    is_leaf_takes_path: bool = False,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Any: ...
+def _flatten_with_steps(
+    tree: Any,
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> tuple[list[tuple[Any, ...]], list[Any], PyTreeSpec]: ...

@@ -117,4 +117,3 @@ def make_dataclass(
     """
     cls = _dc.make_dataclass(cls_name, fields, **options)
     return _register(cls, namespace, init_on_unflatten)
-

@@ -14,7 +14,7 @@ from oxtree._core import register_pytree_node
 __all__ = ["Partial", "partial"]
 
 
-class partial(functools.partial):  # noqa: N801 - the name functools users know
+class partial(functools.partial):
     """A :func:`functools.partial` whose arguments are pytree children.
 
     >>> import oxtree

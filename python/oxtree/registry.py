@@ -159,4 +159,3 @@ def register_dataclass(
 def _is_static(f: dataclasses.Field[Any]) -> bool:
     md = f.metadata
     return bool(md.get("static", False)) or md.get("pytree_node", True) is False
-

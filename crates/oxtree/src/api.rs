@@ -5,7 +5,8 @@ use pyo3::types::{PyList, PyTuple};
 
 use crate::errors::{type_name, TreeError};
 use crate::registry;
-use crate::treespec::flatten::{self, Class};
+use crate::treespec::flatten::{self, Class, Options};
+use crate::treespec::keys::{self, KeyStyle};
 use crate::treespec::PyTreeSpec;
 
 /// A list that takes over the references in `items`.
@@ -267,7 +268,286 @@ pub fn all_leaves(
     Ok(true)
 }
 
+/// Each leaf's path, the leaves, and the treespec.
+type WithPaths<'py> = (Vec<Bound<'py, PyTuple>>, Vec<Bound<'py, PyAny>>, PyTreeSpec);
+
+/// Flattens with key paths in the given style: (paths, leaves, treespec).
+fn flatten_with_paths<'py>(
+    tree: &Bound<'py, PyAny>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    is_leaf_takes_path: bool,
+    none_is_leaf: bool,
+    namespace: &str,
+    style: KeyStyle,
+) -> PyResult<WithPaths<'py>> {
+    check_is_leaf(is_leaf)?;
+    let reg = registry::snapshot();
+    let opts = Options {
+        is_leaf,
+        is_leaf_takes_path,
+        none_is_leaf,
+        namespace,
+        with_keys: style == KeyStyle::Keys,
+    };
+    let flat = flatten::flatten_opts::<true, true>(tree, &opts, &reg)?;
+    let spec = PyTreeSpec::new(
+        flat.nodes,
+        none_is_leaf,
+        namespace_of(flat.namespaced, namespace),
+    );
+    let paths = keys::leaf_paths(&spec, tree.py(), style)?;
+    Ok((paths, flat.leaves, spec))
+}
+
+fn tuples_to_list<'py>(py: Python<'py>, items: Vec<Bound<'py, PyTuple>>) -> Bound<'py, PyList> {
+    list_from_vec(py, items.into_iter().map(Bound::into_any).collect())
+}
+
+/// Flattens a tree with the path (optree's raw entries) of every leaf: (paths, leaves, spec).
+///
+/// >>> tree_flatten_with_path({'b': [1, 2], 'a': 3})
+/// ([('a',), ('b', 0), ('b', 1)], [3, 1, 2], PyTreeSpec({'a': *, 'b': [*, *]}))
+#[pyfunction]
+#[pyo3(signature = (tree, /, is_leaf = None, *, none_is_leaf = false, namespace = "", is_leaf_takes_path = false))]
+pub fn tree_flatten_with_path<'py>(
+    py: Python<'py>,
+    tree: &Bound<'py, PyAny>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+    is_leaf_takes_path: bool,
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>, PyTreeSpec)> {
+    let (paths, leaves, spec) = flatten_with_paths(
+        tree,
+        is_leaf,
+        is_leaf_takes_path,
+        none_is_leaf,
+        namespace,
+        KeyStyle::Raw,
+    )?;
+    Ok((tuples_to_list(py, paths), list_from_vec(py, leaves), spec))
+}
+
+/// The path (optree's raw entries) of every leaf.
+///
+/// >>> tree_paths([1, {'x': (2, 3)}])
+/// [(0,), (1, 'x', 0), (1, 'x', 1)]
+#[pyfunction]
+#[pyo3(signature = (tree, /, is_leaf = None, *, none_is_leaf = false, namespace = "", is_leaf_takes_path = false))]
+pub fn tree_paths<'py>(
+    py: Python<'py>,
+    tree: &Bound<'py, PyAny>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+    is_leaf_takes_path: bool,
+) -> PyResult<Bound<'py, PyList>> {
+    let (paths, _, _) = flatten_with_paths(
+        tree,
+        is_leaf,
+        is_leaf_takes_path,
+        none_is_leaf,
+        namespace,
+        KeyStyle::Raw,
+    )?;
+    Ok(tuples_to_list(py, paths))
+}
+
+/// JAX's flatten with key paths: (`[(key_path, leaf), ...]`, treespec), keys being
+/// `SequenceKey`, `DictKey`, `GetAttrKey` and `FlattenedIndexKey` objects (or the keys a
+/// registered `flatten_with_keys` gives).
+///
+/// >>> pairs, _ = tree_flatten_with_keys({'a': [1]})
+/// >>> pairs
+/// [((DictKey(key='a'), SequenceKey(idx=0)), 1)]
+#[pyfunction]
+#[pyo3(signature = (tree, /, is_leaf = None, *, is_leaf_takes_path = false, none_is_leaf = false, namespace = ""))]
+pub fn tree_flatten_with_keys<'py>(
+    py: Python<'py>,
+    tree: &Bound<'py, PyAny>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    is_leaf_takes_path: bool,
+    none_is_leaf: bool,
+    namespace: &str,
+) -> PyResult<(Bound<'py, PyList>, PyTreeSpec)> {
+    let (paths, leaves, spec) = flatten_with_paths(
+        tree,
+        is_leaf,
+        is_leaf_takes_path,
+        none_is_leaf,
+        namespace,
+        KeyStyle::Keys,
+    )?;
+    let pairs: Vec<Bound<'py, PyAny>> = paths
+        .into_iter()
+        .zip(leaves)
+        .map(|(p, l)| crate::treespec::tuple_from_vec(py, vec![p.into_any(), l]).into_any())
+        .collect();
+    Ok((list_from_vec(py, pairs), spec))
+}
+
+/// The key path (JAX's key objects) and leaf of every leaf, as pairs.
+///
+/// >>> tree_leaves_with_path([1, {'x': 2}])
+/// [((SequenceKey(idx=0),), 1), ((SequenceKey(idx=1), DictKey(key='x')), 2)]
+#[pyfunction]
+#[pyo3(signature = (tree, /, is_leaf = None, *, is_leaf_takes_path = false, none_is_leaf = false, namespace = ""))]
+pub fn tree_leaves_with_path<'py>(
+    py: Python<'py>,
+    tree: &Bound<'py, PyAny>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    is_leaf_takes_path: bool,
+    none_is_leaf: bool,
+    namespace: &str,
+) -> PyResult<Bound<'py, PyList>> {
+    Ok(tree_flatten_with_keys(
+        py,
+        tree,
+        is_leaf,
+        is_leaf_takes_path,
+        none_is_leaf,
+        namespace,
+    )?
+    .0)
+}
+
+/// Maps `func(path, leaf, *others)` over a tree, with paths in the given style.
+#[allow(clippy::too_many_arguments)]
+fn map_with_paths<'py>(
+    func: &Bound<'py, PyAny>,
+    tree: &Bound<'py, PyAny>,
+    rests: &Bound<'py, PyTuple>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    is_leaf_takes_path: bool,
+    none_is_leaf: bool,
+    namespace: &str,
+    style: KeyStyle,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = tree.py();
+    if !func.is_callable() {
+        return Err(
+            TreeError::Type(format!("func must be callable, got {}", type_name(func))).into(),
+        );
+    }
+    let (paths, leaves, spec) = flatten_with_paths(
+        tree,
+        is_leaf,
+        is_leaf_takes_path,
+        none_is_leaf,
+        namespace,
+        style,
+    )?;
+    let reg = registry::snapshot();
+    let mut others = Vec::with_capacity(rests.len());
+    for (i, rest) in rests.iter().enumerate() {
+        let which = format!("rests[{i}]");
+        others.push(crate::treespec::flatten_up_to(
+            &spec,
+            &rest,
+            &reg,
+            Some(&which),
+        )?);
+    }
+    let mut results = Vec::with_capacity(leaves.len());
+    for (i, (path, leaf)) in paths.into_iter().zip(leaves).enumerate() {
+        let r = if others.is_empty() {
+            func.call1((path, leaf))?
+        } else {
+            let mut args = Vec::with_capacity(others.len() + 2);
+            args.push(path.into_any());
+            args.push(leaf);
+            args.extend(others.iter().map(|o| o[i].clone()));
+            func.call1(crate::treespec::tuple_from_vec(py, args))?
+        };
+        results.push(r);
+    }
+    crate::treespec::build(py, &spec, results)
+}
+
+/// Maps `func(path, x, *xs)` over the leaves, paths being optree's raw entries.
+///
+/// >>> tree_map_with_path(lambda p, x: (p, x), {'a': 1})
+/// {'a': (('a',), 1)}
+#[pyfunction]
+#[pyo3(signature = (func, tree, /, *rests, is_leaf = None, none_is_leaf = false, namespace = "", is_leaf_takes_path = false))]
+pub fn tree_map_with_path<'py>(
+    func: &Bound<'py, PyAny>,
+    tree: &Bound<'py, PyAny>,
+    rests: &Bound<'py, PyTuple>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+    is_leaf_takes_path: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    map_with_paths(
+        func,
+        tree,
+        rests,
+        is_leaf,
+        is_leaf_takes_path,
+        none_is_leaf,
+        namespace,
+        KeyStyle::Raw,
+    )
+}
+
+/// Maps `func(key_path, x, *xs)` over the leaves, paths being JAX's key objects.
+///
+/// >>> tree_map_with_keys(lambda p, x: keystr(p), [1, {'x': 2}])
+/// ['[0]', {'x': "[1]['x']"}]
+#[pyfunction]
+#[pyo3(signature = (func, tree, /, *rests, is_leaf = None, is_leaf_takes_path = false, none_is_leaf = false, namespace = ""))]
+pub fn tree_map_with_keys<'py>(
+    func: &Bound<'py, PyAny>,
+    tree: &Bound<'py, PyAny>,
+    rests: &Bound<'py, PyTuple>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    is_leaf_takes_path: bool,
+    none_is_leaf: bool,
+    namespace: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    map_with_paths(
+        func,
+        tree,
+        rests,
+        is_leaf,
+        is_leaf_takes_path,
+        none_is_leaf,
+        namespace,
+        KeyStyle::Keys,
+    )
+}
+
+/// `(accessor steps, leaves, treespec)`: each leaf's path as `(entry, node type, kind)`
+/// triples, from which `oxtree.accessors` builds `PyTreeAccessor`s.
+#[pyfunction]
+#[pyo3(signature = (tree, /, is_leaf = None, *, none_is_leaf = false, namespace = ""))]
+pub fn _flatten_with_steps<'py>(
+    py: Python<'py>,
+    tree: &Bound<'py, PyAny>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>, PyTreeSpec)> {
+    let (paths, leaves, spec) = flatten_with_paths(
+        tree,
+        is_leaf,
+        false,
+        none_is_leaf,
+        namespace,
+        KeyStyle::Steps,
+    )?;
+    Ok((tuples_to_list(py, paths), list_from_vec(py, leaves), spec))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(tree_flatten_with_path, m)?)?;
+    m.add_function(wrap_pyfunction!(tree_paths, m)?)?;
+    m.add_function(wrap_pyfunction!(tree_flatten_with_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(tree_leaves_with_path, m)?)?;
+    m.add_function(wrap_pyfunction!(tree_map_with_path, m)?)?;
+    m.add_function(wrap_pyfunction!(tree_map_with_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(_flatten_with_steps, m)?)?;
     m.add_function(wrap_pyfunction!(tree_flatten, m)?)?;
     m.add_function(wrap_pyfunction!(tree_leaves, m)?)?;
     m.add_function(wrap_pyfunction!(tree_structure, m)?)?;

@@ -22,5 +22,6 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<treespec::PyTreeSpec>()?;
     m.add("PyTreeKind", kind::py_tree_kind(m.py())?)?;
     api::register(m)?;
+    paths::register(m)?;
     Ok(())
 }

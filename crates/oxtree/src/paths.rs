@@ -60,3 +60,220 @@ mod tests {
         assert_eq!(render("tree", &[]), "tree");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// JAX's key classes.
+
+use pyo3::basic::CompareOp;
+use pyo3::types::{PyString, PyTuple};
+
+/// A position in a sequence: `SequenceKey(idx=0)`, printed `[0]`.
+#[pyclass(frozen, module = "oxtree", name = "SequenceKey")]
+pub struct SequenceKey {
+    #[pyo3(get)]
+    pub idx: isize,
+}
+
+/// A mapping key: `DictKey(key='a')`, printed `['a']`.
+#[pyclass(frozen, module = "oxtree", name = "DictKey")]
+pub struct DictKey {
+    #[pyo3(get)]
+    pub key: Py<PyAny>,
+}
+
+/// An attribute or field: `GetAttrKey(name='x')`, printed `.x`.
+#[pyclass(frozen, module = "oxtree", name = "GetAttrKey")]
+pub struct GetAttrKey {
+    #[pyo3(get)]
+    pub name: Py<PyString>,
+}
+
+/// A child of a node that names no keys: `FlattenedIndexKey(key=0)`, printed `[<flat index 0>]`.
+#[pyclass(frozen, module = "oxtree", name = "FlattenedIndexKey")]
+pub struct FlattenedIndexKey {
+    #[pyo3(get)]
+    pub key: Py<PyAny>,
+}
+
+fn richcmp_result(py: Python<'_>, op: CompareOp, eq: Option<bool>) -> Py<PyAny> {
+    match (op, eq) {
+        (CompareOp::Eq, Some(e)) => e
+            .into_pyobject(py)
+            .expect("bool")
+            .to_owned()
+            .into_any()
+            .unbind(),
+        (CompareOp::Ne, Some(e)) => (!e)
+            .into_pyobject(py)
+            .expect("bool")
+            .to_owned()
+            .into_any()
+            .unbind(),
+        _ => py.NotImplemented(),
+    }
+}
+
+#[pymethods]
+impl SequenceKey {
+    #[new]
+    fn new(idx: isize) -> Self {
+        SequenceKey { idx }
+    }
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+        PyTuple::new(py, ["idx"])
+    }
+    fn __repr__(&self) -> String {
+        format!("SequenceKey(idx={})", self.idx)
+    }
+    fn __str__(&self) -> String {
+        format!("[{}]", self.idx)
+    }
+    fn __hash__(&self) -> isize {
+        let h = self.idx.wrapping_mul(0x5bd1_e995).wrapping_add(0x2f);
+        if h == -1 {
+            -2
+        } else {
+            h
+        }
+    }
+    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> Py<PyAny> {
+        let eq = other
+            .cast::<SequenceKey>()
+            .ok()
+            .map(|o| o.get().idx == self.idx);
+        richcmp_result(other.py(), op, eq)
+    }
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+        let py = slf.py();
+        PyTuple::new(
+            py,
+            [
+                slf.get_type().into_any(),
+                PyTuple::new(py, [slf.get().idx])?.into_any(),
+            ],
+        )
+    }
+}
+
+macro_rules! object_key {
+    ($ty:ident, $field:ident, $fty:ty, $name:literal, $str:expr) => {
+        #[pymethods]
+        impl $ty {
+            #[new]
+            fn new($field: Py<$fty>) -> Self {
+                $ty { $field }
+            }
+            #[classattr]
+            fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+                PyTuple::new(py, [stringify!($field)])
+            }
+            fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+                Ok(format!(
+                    concat!($name, "({}={})"),
+                    stringify!($field),
+                    self.$field.bind(py).repr()?
+                ))
+            }
+            fn __str__(&self, py: Python<'_>) -> PyResult<String> {
+                let f: fn(&Bound<'_, PyAny>) -> PyResult<String> = $str;
+                f(self.$field.bind(py).as_any())
+            }
+            fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
+                let h = self
+                    .$field
+                    .bind(py)
+                    .hash()?
+                    .wrapping_mul(31)
+                    .wrapping_add($name.len() as isize);
+                Ok(if h == -1 { -2 } else { h })
+            }
+            fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
+                let py = other.py();
+                let eq = match other.cast::<$ty>() {
+                    Ok(o) => Some(self.$field.bind(py).as_any().eq(o.get().$field.bind(py))?),
+                    Err(_) => None,
+                };
+                Ok(richcmp_result(py, op, eq))
+            }
+            fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+                let py = slf.py();
+                let arg = slf.get().$field.bind(py).clone().into_any();
+                PyTuple::new(
+                    py,
+                    [
+                        slf.get_type().into_any(),
+                        PyTuple::new(py, [arg])?.into_any(),
+                    ],
+                )
+            }
+            fn __traverse__(
+                &self,
+                visit: pyo3::gc::PyVisit<'_>,
+            ) -> Result<(), pyo3::PyTraverseError> {
+                visit.call(&self.$field)
+            }
+        }
+    };
+}
+
+object_key!(DictKey, key, PyAny, "DictKey", |k| Ok(format!(
+    "[{}]",
+    k.repr()?
+)));
+object_key!(GetAttrKey, name, PyString, "GetAttrKey", |k| Ok(format!(
+    ".{}",
+    k.str()?
+)));
+object_key!(FlattenedIndexKey, key, PyAny, "FlattenedIndexKey", |k| Ok(
+    format!("[<flat index {}>]", k.str()?)
+));
+
+/// The simple form of one key, as JAX's `keystr(simple=True)` prints it.
+fn simple_entry(key: &Bound<'_, PyAny>) -> PyResult<String> {
+    let py = key.py();
+    if let Ok(k) = key.cast::<SequenceKey>() {
+        return Ok(k.get().idx.to_string());
+    }
+    let inner = if let Ok(k) = key.cast::<DictKey>() {
+        k.get().key.bind(py).clone()
+    } else if let Ok(k) = key.cast::<GetAttrKey>() {
+        k.get().name.bind(py).clone().into_any()
+    } else if let Ok(k) = key.cast::<FlattenedIndexKey>() {
+        k.get().key.bind(py).clone()
+    } else {
+        key.clone()
+    };
+    Ok(inner.str()?.to_string())
+}
+
+/// Joins the string forms of the keys of a path: `['a'][0].x`, or with `simple=True` the bare
+/// keys (`a/0/x` with `separator='/'`).
+///
+/// >>> keystr((DictKey('a'), SequenceKey(0), GetAttrKey('x')))
+/// "['a'][0].x"
+/// >>> keystr((DictKey('a'), SequenceKey(0)), simple=True, separator='/')
+/// 'a/0'
+#[pyfunction]
+#[pyo3(signature = (keys, *, simple = false, separator = ""))]
+pub fn keystr(keys: &Bound<'_, PyAny>, simple: bool, separator: &str) -> PyResult<String> {
+    let mut parts = Vec::new();
+    for key in keys.try_iter()? {
+        let key = key?;
+        parts.push(if simple {
+            simple_entry(&key)?
+        } else {
+            key.str()?.to_string()
+        });
+    }
+    Ok(parts.join(separator))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<SequenceKey>()?;
+    m.add_class::<DictKey>()?;
+    m.add_class::<GetAttrKey>()?;
+    m.add_class::<FlattenedIndexKey>()?;
+    m.add_function(wrap_pyfunction!(keystr, m)?)?;
+    Ok(())
+}

@@ -161,18 +161,28 @@ pub fn field_names(ty: &Bound<'_, PyAny>, kind: Kind) -> PyResult<Vec<Option<Str
             .collect();
     }
     // Struct sequences expose only their named fields (`__match_args__`); find each one's
-    // position by building an instance whose items are their own indices.
+    // position by building an instance whose items are their own indices. Some cannot be
+    // built (`sys.flags`): then the named fields are taken to come first, as they do in every
+    // struct sequence of the standard library.
     let n: usize = ty.getattr(intern!(py, "n_sequence_fields"))?.extract()?;
-    let probe = ty.call1((pyo3::types::PyTuple::new(py, 0..n)?,))?;
+    let named: Vec<String> = match ty.getattr(intern!(py, "__match_args__")) {
+        Ok(m) => m.extract()?,
+        Err(_) => Vec::new(),
+    };
     let mut names = vec![None; n];
-    for name in ty.getattr(intern!(py, "__match_args__"))?.try_iter()? {
-        let name = name?;
-        if let Ok(i) = probe
-            .getattr(name.cast::<pyo3::types::PyString>()?)?
-            .extract::<usize>()
-        {
-            if i < n {
-                names[i] = Some(name.extract::<String>()?);
+    match ty.call1((pyo3::types::PyTuple::new(py, 0..n)?,)) {
+        Ok(probe) => {
+            for name in named {
+                if let Ok(i) = probe.getattr(name.as_str())?.extract::<usize>() {
+                    if i < n {
+                        names[i] = Some(name);
+                    }
+                }
+            }
+        }
+        Err(_) => {
+            for (slot, name) in names.iter_mut().zip(named) {
+                *slot = Some(name);
             }
         }
     }
@@ -181,5 +191,7 @@ pub fn field_names(ty: &Bound<'_, PyAny>, kind: Kind) -> PyResult<Vec<Option<Str
 
 /// `module.qualname` of a type, as used to order dict keys of different types.
 pub fn qualified_name(ty: &Bound<'_, PyType>) -> PyResult<String> {
-    Ok(format!("{}.{}", ty.module()?, ty.qualname()?))
+    // Any object may stand in `__module__`; use its str, as an f-string would.
+    let module = ty.getattr(intern!(ty.py(), "__module__"))?.str()?;
+    Ok(format!("{}.{}", module, ty.qualname()?))
 }

@@ -34,13 +34,30 @@ impl<'py> Children<'py> {
     }
 }
 
-/// The children and aux data of a registered node.
+/// What flattening a registered node gives: children, aux data, and the children's keys
+/// when the registration supplies them.
+pub type Flattened<'py> = (
+    Children<'py>,
+    Bound<'py, PyAny>,
+    Option<Bound<'py, PyTuple>>,
+);
+
+/// The children, aux data and (when known) child keys of a registered node. With
+/// `with_keys`, a registered `flatten_with_keys` is called instead of `flatten`.
 pub fn flatten<'py>(
     py: Python<'py>,
     reg: &Registration,
     obj: &Bound<'py, PyAny>,
-) -> PyResult<(Children<'py>, Bound<'py, PyAny>)> {
+    with_keys: bool,
+) -> PyResult<Flattened<'py>> {
     match &reg.rule {
+        Rule::Custom {
+            flatten_with_keys: Some(fwk),
+            ..
+        } if with_keys => {
+            let out = fwk.bind(py).call1((obj,))?;
+            split_keyed_result(py, reg, &out)
+        }
         Rule::Custom { flatten, .. } => {
             let out = flatten.bind(py).call1((obj,))?;
             split_flatten_result(py, reg, &out)
@@ -54,12 +71,10 @@ pub fn flatten<'py>(
             for name in meta {
                 values.push(obj.getattr(name.bind(py))?);
             }
-            Ok((
-                Children::Vec(children),
-                super::tuple_from_vec(py, values).into_any(),
-            ))
+            let aux = super::tuple_from_vec(py, values).into_any();
+            Ok((Children::Vec(children), aux, None))
         }
-        Rule::Static => Ok((Children::Vec(Vec::new()), obj.clone())),
+        Rule::Static => Ok((Children::Vec(Vec::new()), obj.clone(), None)),
     }
 }
 
@@ -68,7 +83,7 @@ fn split_flatten_result<'py>(
     py: Python<'py>,
     reg: &Registration,
     out: &Bound<'py, PyAny>,
-) -> PyResult<(Children<'py>, Bound<'py, PyAny>)> {
+) -> PyResult<Flattened<'py>> {
     let bad = |why: &str| -> PyErr {
         TreeError::Type(format!(
             "the flatten function registered for {} must return (children, aux_data) or \
@@ -100,7 +115,76 @@ fn split_flatten_result<'py>(
             .map_err(|_| bad("its children are not iterable"))?;
         Children::Vec(iter.collect::<PyResult<Vec<_>>>()?)
     };
-    Ok((children, parts.get_item(1)?))
+    let entries = if parts.len() == 3 {
+        let entries = parts.get_item(2)?;
+        let entries = match entries.cast_into::<PyTuple>() {
+            Ok(t) => t,
+            Err(e) => {
+                let e = e.into_inner();
+                let items = e
+                    .try_iter()
+                    .map_err(|_| bad("its entries are not iterable"))?;
+                PyTuple::new(py, items.collect::<PyResult<Vec<_>>>()?)?
+            }
+        };
+        if entries.len() != children.len() {
+            return Err(bad(&format!(
+                "it gave {} entries for {} children",
+                entries.len(),
+                children.len()
+            )));
+        }
+        Some(entries)
+    } else {
+        None
+    };
+    Ok((children, parts.get_item(1)?, entries))
+}
+
+/// Splits what JAX's `flatten_with_keys` returned: `([(key, child), ...], aux_data)`.
+fn split_keyed_result<'py>(
+    py: Python<'py>,
+    reg: &Registration,
+    out: &Bound<'py, PyAny>,
+) -> PyResult<Flattened<'py>> {
+    let bad = |why: &str| -> PyErr {
+        TreeError::Type(format!(
+            "the flatten_with_keys function registered for {} must return \
+             ([(key, child), ...], aux_data); {why}: {}",
+            reg.name(py),
+            short_repr(out, 80)
+        ))
+        .into()
+    };
+    let parts = out.cast::<PyTuple>().map_err(|_| bad("it returned"))?;
+    if parts.len() != 2 {
+        return Err(bad(&format!(
+            "it returned a tuple of length {}",
+            parts.len()
+        )));
+    }
+    let pairs = parts.get_item(0)?;
+    let mut keys = Vec::new();
+    let mut children = Vec::new();
+    for pair in pairs
+        .try_iter()
+        .map_err(|_| bad("its first item is not iterable"))?
+    {
+        let pair = pair?;
+        let pair = pair
+            .cast::<PyTuple>()
+            .map_err(|_| bad("an item is not a (key, child) pair"))?;
+        if pair.len() != 2 {
+            return Err(bad("an item is not a (key, child) pair"));
+        }
+        keys.push(pair.get_item(0)?);
+        children.push(pair.get_item(1)?);
+    }
+    Ok((
+        Children::Vec(children),
+        parts.get_item(1)?,
+        Some(PyTuple::new(py, keys)?),
+    ))
 }
 
 struct ObjectMethods {

@@ -32,7 +32,12 @@ const FIRST_CYCLE_CHECK: usize = 1_000;
 /// An `is_leaf` predicate, or none (a compile-time choice).
 pub trait Pred<'py> {
     const ACTIVE: bool;
+    /// Whether the predicate takes the key path too (JAX's `is_leaf_takes_path`).
+    const WANTS_PATH: bool = false;
     fn test(&self, obj: &Bound<'py, PyAny>) -> PyResult<bool>;
+    fn test_path(&self, _path: &Bound<'py, PyTuple>, obj: &Bound<'py, PyAny>) -> PyResult<bool> {
+        self.test(obj)
+    }
 }
 
 pub struct NoPred;
@@ -52,6 +57,20 @@ impl<'py> Pred<'py> for CallPred<'_, 'py> {
     #[inline]
     fn test(&self, obj: &Bound<'py, PyAny>) -> PyResult<bool> {
         self.0.call1((obj,))?.is_truthy()
+    }
+}
+
+/// An `is_leaf(path, obj)` predicate.
+pub struct PathPred<'a, 'py>(pub &'a Bound<'py, PyAny>);
+
+impl<'py> Pred<'py> for PathPred<'_, 'py> {
+    const ACTIVE: bool = true;
+    const WANTS_PATH: bool = true;
+    fn test(&self, obj: &Bound<'py, PyAny>) -> PyResult<bool> {
+        self.test_path(&PyTuple::empty(obj.py()), obj)
+    }
+    fn test_path(&self, path: &Bound<'py, PyTuple>, obj: &Bound<'py, PyAny>) -> PyResult<bool> {
+        self.0.call1((path, obj))?.is_truthy()
     }
 }
 
@@ -177,6 +196,8 @@ pub struct Flattener<'a, 'py, P, const NONE_LEAF: bool, const NODES: bool, const
     leaf_count: usize,
     namespaced: bool,
     next_cycle_check: usize,
+    /// Ask custom nodes for their keys (JAX's `flatten_with_keys`) while walking.
+    with_keys: bool,
 }
 
 impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAVES: bool>
@@ -193,6 +214,7 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
             leaf_count: 0,
             namespaced: false,
             next_cycle_check: FIRST_CYCLE_CHECK,
+            with_keys: false,
         }
     }
 
@@ -259,9 +281,17 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
 
     #[inline(always)]
     fn visit(&mut self, obj: Bound<'py, PyAny>, stack: &mut Vec<Frame<'py>>) -> PyResult<()> {
-        if P::ACTIVE && self.pred.test(&obj)? {
-            self.leaf(obj);
-            return Ok(());
+        if P::ACTIVE {
+            let hit = if P::WANTS_PATH {
+                let path = stack_path(self.py, stack)?;
+                self.pred.test_path(&path, &obj)?
+            } else {
+                self.pred.test(&obj)?
+            };
+            if hit {
+                self.leaf(obj);
+                return Ok(());
+            }
         }
         if obj.is_exact_instance_of::<PyTuple>() {
             // SAFETY: the exact type was just checked.
@@ -379,7 +409,7 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
         reg: Arc<Registration>,
     ) -> PyResult<Frame<'py>> {
         let py = self.py;
-        let (children, aux) = super::custom::flatten(py, &reg, &obj)?;
+        let (children, aux, entries) = super::custom::flatten(py, &reg, &obj, self.with_keys)?;
         // Aux data goes into the treedef, which is hashed and compared: refuse it here, with
         // the type named, rather than later in a jit cache lookup.
         let known_hashable =
@@ -397,6 +427,7 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
         let mut node = Node::bare(Kind::Custom, children.len(), 0, 0);
         node.data = Some(aux.unbind());
         node.custom = Some(reg);
+        node.entries = entries.map(Bound::unbind);
         let items = match children {
             super::custom::Children::Tuple(t) => Items::Tuple(t),
             super::custom::Children::List(l) => Items::List(l),
@@ -475,6 +506,22 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
         }
         .into()
     }
+}
+
+/// The key path (JAX's key objects) of the object the walk is visiting below `frames`.
+fn stack_path<'py>(py: Python<'py>, frames: &[Frame<'py>]) -> PyResult<Bound<'py, PyTuple>> {
+    let keys = frames
+        .iter()
+        .map(|f| {
+            super::keys::child_key(
+                py,
+                &f.node,
+                f.pos.saturating_sub(1),
+                super::keys::KeyStyle::Keys,
+            )
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    PyTuple::new(py, keys)
 }
 
 /// The path to the container a walk would open below `frames`, from the frames' positions.
@@ -590,7 +637,70 @@ pub fn sort_keys<'py>(keys: &Bound<'py, PyList>) -> PyResult<Bound<'py, PyList>>
     }
 }
 
+/// The options of one walk.
+pub struct Options<'a, 'py> {
+    pub is_leaf: Option<&'a Bound<'py, PyAny>>,
+    /// `is_leaf` takes `(path, obj)` (JAX's `is_leaf_takes_path`).
+    pub is_leaf_takes_path: bool,
+    pub none_is_leaf: bool,
+    pub namespace: &'a str,
+    /// Ask custom nodes for their keys while walking.
+    pub with_keys: bool,
+}
+
+impl<'a, 'py> Options<'a, 'py> {
+    pub fn new(
+        is_leaf: Option<&'a Bound<'py, PyAny>>,
+        none_is_leaf: bool,
+        namespace: &'a str,
+    ) -> Self {
+        Options {
+            is_leaf,
+            is_leaf_takes_path: false,
+            none_is_leaf,
+            namespace,
+            with_keys: false,
+        }
+    }
+}
+
+fn run_with<'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAVES: bool>(
+    tree: &Bound<'py, PyAny>,
+    pred: P,
+    opts: &Options<'_, 'py>,
+    registry: &Registry,
+) -> PyResult<Flat<'py>> {
+    let mut f =
+        Flattener::<P, NONE_LEAF, NODES, LEAVES>::new(tree.py(), pred, registry, opts.namespace);
+    f.with_keys = opts.with_keys;
+    f.run(tree)
+}
+
 /// Walks `tree` with the options chosen once, as compile-time parameters.
+pub fn flatten_opts<'py, const NODES: bool, const LEAVES: bool>(
+    tree: &Bound<'py, PyAny>,
+    opts: &Options<'_, 'py>,
+    registry: &Registry,
+) -> PyResult<Flat<'py>> {
+    match (opts.is_leaf, opts.is_leaf_takes_path, opts.none_is_leaf) {
+        (None, _, false) => run_with::<_, false, NODES, LEAVES>(tree, NoPred, opts, registry),
+        (None, _, true) => run_with::<_, true, NODES, LEAVES>(tree, NoPred, opts, registry),
+        (Some(f), false, false) => {
+            run_with::<_, false, NODES, LEAVES>(tree, CallPred(f), opts, registry)
+        }
+        (Some(f), false, true) => {
+            run_with::<_, true, NODES, LEAVES>(tree, CallPred(f), opts, registry)
+        }
+        (Some(f), true, false) => {
+            run_with::<_, false, NODES, LEAVES>(tree, PathPred(f), opts, registry)
+        }
+        (Some(f), true, true) => {
+            run_with::<_, true, NODES, LEAVES>(tree, PathPred(f), opts, registry)
+        }
+    }
+}
+
+/// Walks `tree` with the common options.
 pub fn flatten<'py, const NODES: bool, const LEAVES: bool>(
     tree: &Bound<'py, PyAny>,
     is_leaf: Option<&Bound<'py, PyAny>>,
@@ -598,20 +708,9 @@ pub fn flatten<'py, const NODES: bool, const LEAVES: bool>(
     namespace: &str,
     registry: &Registry,
 ) -> PyResult<Flat<'py>> {
-    let py = tree.py();
-    match (is_leaf, none_is_leaf) {
-        (None, false) => {
-            Flattener::<_, false, NODES, LEAVES>::new(py, NoPred, registry, namespace).run(tree)
-        }
-        (None, true) => {
-            Flattener::<_, true, NODES, LEAVES>::new(py, NoPred, registry, namespace).run(tree)
-        }
-        (Some(f), false) => {
-            Flattener::<_, false, NODES, LEAVES>::new(py, CallPred(f), registry, namespace)
-                .run(tree)
-        }
-        (Some(f), true) => {
-            Flattener::<_, true, NODES, LEAVES>::new(py, CallPred(f), registry, namespace).run(tree)
-        }
-    }
+    flatten_opts::<NODES, LEAVES>(
+        tree,
+        &Options::new(is_leaf, none_is_leaf, namespace),
+        registry,
+    )
 }

@@ -7,6 +7,7 @@
 mod compare;
 mod custom;
 pub mod flatten;
+pub mod keys;
 mod pickle;
 mod repr;
 mod traverse;
@@ -57,6 +58,9 @@ pub struct Node {
     pub insertion: Option<Box<[usize]>>,
     /// Custom nodes: how to put the node back together.
     pub custom: Option<Arc<Registration>>,
+    /// Custom nodes: the keys of the children, when the flatten function gave them (optree's
+    /// entries, or JAX's keys from `flatten_with_keys`).
+    pub entries: Option<Py<PyTuple>>,
 }
 
 impl Node {
@@ -73,6 +77,7 @@ impl Node {
             keys: None,
             insertion: None,
             custom: None,
+            entries: None,
         }
     }
 
@@ -86,7 +91,32 @@ impl Node {
             keys: self.keys.as_ref().map(|d| d.clone_ref(py)),
             insertion: self.insertion.clone(),
             custom: self.custom.clone(),
+            entries: self.entries.as_ref().map(|d| d.clone_ref(py)),
         }
+    }
+
+    /// The Python type of this node (None for a leaf).
+    pub fn py_type<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyAny>> {
+        Some(match self.kind {
+            Kind::Leaf => return None,
+            Kind::None => py.None().bind(py).get_type().into_any(),
+            Kind::Tuple => py.get_type::<PyTuple>().into_any(),
+            Kind::List => py.get_type::<PyList>().into_any(),
+            Kind::Dict => py.get_type::<pyo3::types::PyDict>().into_any(),
+            Kind::OrderedDict => types::collections(py)
+                .ordered_dict
+                .bind(py)
+                .clone()
+                .into_any(),
+            Kind::DefaultDict => types::collections(py)
+                .default_dict
+                .bind(py)
+                .clone()
+                .into_any(),
+            Kind::Deque => types::collections(py).deque.bind(py).clone().into_any(),
+            Kind::NamedTuple | Kind::StructSeq => self.data.as_ref()?.bind(py).clone(),
+            Kind::Custom => self.custom.as_ref()?.ty.bind(py).clone().into_any(),
+        })
     }
 
     /// The entry that leads from this node to its `j`-th child, for paths in messages.
@@ -255,34 +285,8 @@ impl PyTreeSpec {
 
     /// The type of the root node (None for a leaf).
     #[getter]
-    fn r#type<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let root = self.root();
-        Ok(Some(match root.kind {
-            Kind::Leaf => return Ok(None),
-            Kind::None => py.None().bind(py).get_type().into_any(),
-            Kind::Tuple => py.get_type::<PyTuple>().into_any(),
-            Kind::List => py.get_type::<PyList>().into_any(),
-            Kind::Dict => py.get_type::<pyo3::types::PyDict>().into_any(),
-            Kind::OrderedDict => types::collections(py)
-                .ordered_dict
-                .bind(py)
-                .clone()
-                .into_any(),
-            Kind::DefaultDict => types::collections(py)
-                .default_dict
-                .bind(py)
-                .clone()
-                .into_any(),
-            Kind::Deque => types::collections(py).deque.bind(py).clone().into_any(),
-            Kind::NamedTuple | Kind::StructSeq => match &root.data {
-                Some(t) => t.bind(py).clone(),
-                None => return Ok(None),
-            },
-            Kind::Custom => match &root.custom {
-                Some(reg) => reg.ty.bind(py).clone().into_any(),
-                None => return Ok(None),
-            },
-        }))
+    fn r#type<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyAny>> {
+        self.root().py_type(py)
     }
 
     /// Whether the treespec is a single leaf; with `strict=False`, any single node (None too).
@@ -350,6 +354,42 @@ impl PyTreeSpec {
         Ok(PyTreeSpec::new(nodes, self.none_is_leaf, namespace.clone()))
     }
 
+    /// The path (optree's raw entries) of every leaf.
+    fn paths<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+        keys::leaf_paths(self, py, keys::KeyStyle::Raw)
+    }
+
+    /// The accessor of every leaf (`PyTreeAccessor`), which fetches it from a tree.
+    fn accessors<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let steps = keys::leaf_paths(self, py, keys::KeyStyle::Steps)?;
+        py.import("oxtree.accessors")?
+            .getattr("_from_steps")?
+            .call1((steps,))
+    }
+
+    /// The entries (raw keys) of the root's children.
+    fn entries<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        keys::node_keys(py, self.root(), keys::KeyStyle::Raw)
+    }
+
+    /// The entry (raw key) of the root's `index`-th child.
+    fn entry<'py>(&self, py: Python<'py>, index: isize) -> PyResult<Bound<'py, PyAny>> {
+        let n = self.root().arity as isize;
+        let i = if index < 0 { index + n } else { index };
+        if i < 0 || i >= n {
+            return Err(TreeError::Index(format!(
+                "PyTreeSpec.entry: index {index} out of range for a node with {n} children"
+            ))
+            .into());
+        }
+        keys::child_key(py, self.root(), i as usize, keys::KeyStyle::Raw)
+    }
+
+    /// The key path (JAX's key objects) of every leaf.
+    fn key_paths<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+        keys::leaf_paths(self, py, keys::KeyStyle::Keys)
+    }
+
     fn __len__(&self) -> usize {
         self.num_leaves()
     }
@@ -405,6 +445,7 @@ impl PyTreeSpec {
         for node in &self.nodes {
             visit.call(&node.data)?;
             visit.call(&node.keys)?;
+            visit.call(&node.entries)?;
         }
         Ok(())
     }

@@ -136,7 +136,7 @@ fn node_children<'py>(
             if obj.get_type().as_ptr() != reg.ty.as_ptr() {
                 return Ok(false);
             }
-            let (kids, aux) = super::custom::flatten(py, reg, obj)?;
+            let (kids, aux, _) = super::custom::flatten(py, reg, obj, false)?;
             let expected = node
                 .data
                 .as_ref()

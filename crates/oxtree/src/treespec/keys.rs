@@ -1,0 +1,160 @@
+//! Key paths: the entries that lead from the root to each leaf, in three styles.
+//!
+//! Each node's child entries are made once and shared by every leaf below them; each leaf's
+//! path is one tuple. The walk is pre-order over the post-order nodes, with an explicit stack.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyString, PyTuple};
+
+use super::{custom, Node, PyTreeSpec};
+use crate::kind::Kind;
+use crate::paths::{DictKey, FlattenedIndexKey, GetAttrKey, SequenceKey};
+use crate::types;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum KeyStyle {
+    /// optree's raw paths: indices, dict keys, field names.
+    Raw,
+    /// JAX's key objects: SequenceKey, DictKey, GetAttrKey, FlattenedIndexKey.
+    Keys,
+    /// `(raw entry, node type, PyTreeKind)` triples, from which Python builds accessors.
+    Steps,
+}
+
+fn field_name<'py>(
+    py: Python<'py>,
+    node: &Node,
+    j: usize,
+) -> PyResult<Option<Bound<'py, PyString>>> {
+    Ok(match node.kind {
+        Kind::NamedTuple | Kind::StructSeq => {
+            let names = types::field_names(node.data.as_ref().expect("kept").bind(py), node.kind)?;
+            names
+                .into_iter()
+                .nth(j)
+                .flatten()
+                .map(|n| PyString::new(py, &n))
+        }
+        Kind::Custom => node
+            .custom
+            .as_ref()
+            .and_then(|r| custom::child_names(r))
+            .and_then(|names| names.get(j))
+            .map(|n| n.bind(py).clone()),
+        _ => None,
+    })
+}
+
+/// The raw entry of child `j`: its index, dict key, field name or registered entry.
+fn raw_key<'py>(py: Python<'py>, node: &Node, j: usize) -> PyResult<Bound<'py, PyAny>> {
+    if let Some(keys) = &node.keys {
+        return keys.bind(py).get_item(j);
+    }
+    if let Some(entries) = &node.entries {
+        return entries.bind(py).get_item(j);
+    }
+    if node.kind == Kind::Custom {
+        if let Some(name) = field_name(py, node, j)? {
+            return Ok(name.into_any());
+        }
+    }
+    Ok(j.into_pyobject(py)?.into_any())
+}
+
+/// The key of child `j` of `node` in the given style.
+pub fn child_key<'py>(
+    py: Python<'py>,
+    node: &Node,
+    j: usize,
+    style: KeyStyle,
+) -> PyResult<Bound<'py, PyAny>> {
+    match style {
+        KeyStyle::Raw => raw_key(py, node, j),
+        KeyStyle::Steps => {
+            let ty = node.py_type(py).unwrap_or_else(|| py.None().into_bound(py));
+            let kind = node.kind.to_py(py)?;
+            Ok(PyTuple::new(py, [raw_key(py, node, j)?, ty, kind])?.into_any())
+        }
+        KeyStyle::Keys => {
+            if let Some(keys) = &node.keys {
+                let key = keys.bind(py).get_item(j)?.unbind();
+                return Ok(Bound::new(py, DictKey { key })?.into_any());
+            }
+            if let Some(entries) = &node.entries {
+                return entries.bind(py).get_item(j);
+            }
+            if let Some(name) = field_name(py, node, j)? {
+                return Ok(Bound::new(
+                    py,
+                    GetAttrKey {
+                        name: name.unbind(),
+                    },
+                )?
+                .into_any());
+            }
+            if node.kind == Kind::Custom {
+                let key = j.into_pyobject(py)?.into_any().unbind();
+                return Ok(Bound::new(py, FlattenedIndexKey { key })?.into_any());
+            }
+            Ok(Bound::new(py, SequenceKey { idx: j as isize })?.into_any())
+        }
+    }
+}
+
+/// The keys of all children of `node`, left to right.
+pub fn node_keys<'py>(
+    py: Python<'py>,
+    node: &Node,
+    style: KeyStyle,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    (0..node.arity)
+        .map(|j| child_key(py, node, j, style))
+        .collect()
+}
+
+enum Task<'py> {
+    Enter(usize, Option<Bound<'py, PyAny>>),
+    Exit,
+}
+
+/// The path of every leaf of `spec`, left to right.
+pub fn leaf_paths<'py>(
+    spec: &PyTreeSpec,
+    py: Python<'py>,
+    style: KeyStyle,
+) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+    let mut out = Vec::with_capacity(spec.num_leaves());
+    let mut prefix: Vec<Bound<'py, PyAny>> = Vec::new();
+    let mut tasks = vec![Task::Enter(spec.nodes.len() - 1, None)];
+    while let Some(task) = tasks.pop() {
+        let (idx, key) = match task {
+            Task::Exit => {
+                prefix.pop();
+                continue;
+            }
+            Task::Enter(idx, key) => (idx, key),
+        };
+        let has_key = key.is_some();
+        if let Some(k) = key {
+            prefix.push(k);
+        }
+        let node = &spec.nodes[idx];
+        if node.kind == Kind::Leaf {
+            out.push(PyTuple::new(py, prefix.iter())?);
+        } else if node.arity > 0 {
+            let children = spec.child_indices(idx);
+            let keys = node_keys(py, node, style)?;
+            if has_key {
+                tasks.push(Task::Exit);
+            }
+            for (child, key) in children.into_iter().zip(keys).rev() {
+                tasks.push(Task::Enter(child, Some(key)));
+            }
+            continue;
+        }
+        if has_key {
+            prefix.pop();
+        }
+    }
+    Ok(out)
+}

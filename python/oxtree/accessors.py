@@ -1,0 +1,456 @@
+"""Accessors: callable paths that fetch a subtree, as optree offers them.
+
+A :class:`PyTreeAccessor` is a tuple of :class:`PyTreeEntry` objects; called on a tree it
+walks the entries and returns the subtree there, and :meth:`PyTreeAccessor.codify` renders it
+as Python source.
+
+>>> import oxtree
+>>> tree = {'a': [1, (2, 3)]}
+>>> acc = oxtree.tree_accessors(tree)[2]
+>>> acc
+PyTreeAccessor(*['a'][1][1], (MappingEntry(key='a', type=<class 'dict'>), SequenceEntry(index=1, type=<class 'list'>), SequenceEntry(index=1, type=<class 'tuple'>)))
+>>> acc(tree), acc.codify('tree'), acc.path
+(3, "tree['a'][1][1]", ('a', 1, 1))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from oxtree import _core
+from oxtree._core import PyTreeKind, PyTreeSpec
+
+__all__ = [
+    "AutoEntry",
+    "DataclassEntry",
+    "FlattenedEntry",
+    "GetAttrEntry",
+    "GetItemEntry",
+    "MappingEntry",
+    "NamedTupleEntry",
+    "PyTreeAccessor",
+    "PyTreeEntry",
+    "SequenceEntry",
+    "StructSequenceEntry",
+    "tree_accessors",
+    "tree_flatten_with_accessor",
+    "tree_map_with_accessor",
+    "tree_set",
+]
+
+
+class PyTreeEntry:
+    """One step from a node to a child: the entry, the node's type and its kind."""
+
+    __slots__ = ("entry", "kind", "type")
+    entry: Any
+    type: type
+    kind: PyTreeKind
+
+    def __init__(self, entry: Any, type: type, kind: PyTreeKind) -> None:
+        object.__setattr__(self, "entry", entry)
+        object.__setattr__(self, "type", type)
+        object.__setattr__(self, "kind", kind)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __call__(self, obj: Any) -> Any:
+        """The child of ``obj`` this entry names."""
+        raise NotImplementedError
+
+    def codify(self, node: str = "") -> str:
+        """Python source that reads this child from ``node``."""
+        raise NotImplementedError
+
+    def _fields(self) -> str:
+        return f"entry={self.entry!r}, type={self.type!r}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._fields()})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PyTreeEntry):
+            return NotImplemented
+        return (type(self), self.entry, self.type, self.kind) == (
+            type(other),
+            other.entry,
+            other.type,
+            other.kind,
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.entry, self.type, self.kind))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.entry, self.type, self.kind))
+
+
+class GetItemEntry(PyTreeEntry):
+    """A child read by ``obj[entry]``."""
+
+    __slots__ = ()
+
+    def __call__(self, obj: Any) -> Any:
+        return obj[self.entry]
+
+    def codify(self, node: str = "") -> str:
+        return f"{node}[{self.entry!r}]"
+
+
+class SequenceEntry(GetItemEntry):
+    """A position in a tuple, list or deque."""
+
+    __slots__ = ()
+
+    @property
+    def index(self) -> int:
+        return self.entry
+
+    def _fields(self) -> str:
+        return f"index={self.entry!r}, type={self.type!r}"
+
+
+class MappingEntry(GetItemEntry):
+    """A key of a dict, OrderedDict or defaultdict."""
+
+    __slots__ = ()
+
+    @property
+    def key(self) -> Any:
+        return self.entry
+
+    def _fields(self) -> str:
+        return f"key={self.entry!r}, type={self.type!r}"
+
+
+class NamedTupleEntry(SequenceEntry):
+    """A field of a namedtuple (the entry is its index)."""
+
+    __slots__ = ()
+
+    @property
+    def field(self) -> str:
+        return self.type._fields[self.entry]  # type: ignore[attr-defined]
+
+    def __call__(self, obj: Any) -> Any:
+        return getattr(obj, self.field)
+
+    def codify(self, node: str = "") -> str:
+        return f"{node}.{self.field}"
+
+    def _fields(self) -> str:
+        return f"field={self.field!r}, type={self.type!r}"
+
+
+class StructSequenceEntry(SequenceEntry):
+    """A field of a struct sequence such as ``time.struct_time`` (the entry is its index)."""
+
+    __slots__ = ()
+
+    @property
+    def field(self) -> str:
+        named = self.type.__match_args__  # type: ignore[attr-defined]
+        try:
+            probe = self.type(range(self.type.n_sequence_fields))  # type: ignore[attr-defined,call-arg]
+        except TypeError:  # not instantiable (sys.flags): named fields come first
+            return named[self.entry] if self.entry < len(named) else f"<unnamed@{self.entry}>"
+        for name in named:
+            if getattr(probe, name) == self.entry:
+                return name
+        return f"<unnamed@{self.entry}>"
+
+    def __call__(self, obj: Any) -> Any:
+        return obj[self.entry]
+
+    def _fields(self) -> str:
+        return f"field={self.field!r}, type={self.type!r}"
+
+
+class GetAttrEntry(PyTreeEntry):
+    """A child read by ``getattr(obj, entry)``."""
+
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        return self.entry
+
+    def __call__(self, obj: Any) -> Any:
+        return getattr(obj, self.entry)
+
+    def codify(self, node: str = "") -> str:
+        return f"{node}.{self.entry}"
+
+    def _fields(self) -> str:
+        return f"name={self.entry!r}, type={self.type!r}"
+
+
+class DataclassEntry(GetAttrEntry):
+    """A field of a registered dataclass."""
+
+    __slots__ = ()
+
+    @property
+    def field(self) -> str:
+        return self.entry
+
+    def _fields(self) -> str:
+        return f"field={self.entry!r}, type={self.type!r}"
+
+
+class FlattenedEntry(PyTreeEntry):
+    """A child of a registered node, found by flattening the node one level."""
+
+    __slots__ = ()
+
+    def __call__(self, obj: Any) -> Any:
+        children, spec = _one_level(obj)
+        entries = spec.entries()
+        for i, e in enumerate(entries):
+            if e == self.entry:
+                return children[i]
+        raise KeyError(f"{self.entry!r} is not an entry of {type(obj).__name__} {entries!r}")
+
+    def codify(self, node: str = "") -> str:
+        return f"{node}[<flat index {self.entry!r}>]"
+
+
+class AutoEntry(PyTreeEntry):
+    """Makes the entry class that fits the node: ``AutoEntry(0, list, PyTreeKind.LIST)``."""
+
+    __slots__ = ()
+
+    def __new__(cls, entry: Any, type: type, kind: PyTreeKind) -> PyTreeEntry:  # type: ignore[misc]
+        if cls is not AutoEntry:
+            return super().__new__(cls)
+        return _entry_class(entry, type, kind)(entry, type, kind)
+
+
+def _entry_class(entry: Any, typ: type, kind: PyTreeKind) -> type[PyTreeEntry]:
+    if kind in (PyTreeKind.TUPLE, PyTreeKind.LIST, PyTreeKind.DEQUE):
+        return SequenceEntry
+    if kind in (PyTreeKind.DICT, PyTreeKind.ORDEREDDICT, PyTreeKind.DEFAULTDICT):
+        return MappingEntry
+    if kind == PyTreeKind.NAMEDTUPLE:
+        return NamedTupleEntry
+    if kind == PyTreeKind.STRUCTSEQUENCE:
+        return StructSequenceEntry
+    if isinstance(entry, str) and dataclasses.is_dataclass(typ):
+        return DataclassEntry
+    return FlattenedEntry
+
+
+class PyTreeAccessor(tuple):  # type: ignore[type-arg]
+    """A path from the root to a subtree, as a tuple of entries; call it on a tree."""
+
+    __slots__ = ()
+
+    def __new__(cls, entries: Iterable[PyTreeEntry] = ()) -> PyTreeAccessor:
+        entries = tuple(entries)
+        for e in entries:
+            if not isinstance(e, PyTreeEntry):
+                raise TypeError(f"a PyTreeAccessor is made of PyTreeEntry objects, got {e!r}")
+        return super().__new__(cls, entries)
+
+    def __call__(self, obj: Any) -> Any:
+        for entry in self:
+            obj = entry(obj)
+        return obj
+
+    @property
+    def path(self) -> tuple[Any, ...]:
+        """The raw entries: optree's path."""
+        return tuple(e.entry for e in self)
+
+    def codify(self, /, root: str = "*") -> str:
+        """Python source that reads this subtree from ``root``: ``obj['a'][0].x``."""
+        out = root
+        for entry in self:
+            out = entry.codify(out)
+        return out
+
+    def __add__(self, other: object) -> PyTreeAccessor:
+        if isinstance(other, PyTreeEntry):
+            return PyTreeAccessor((*self, other))
+        if isinstance(other, tuple):
+            return PyTreeAccessor((*self, *other))
+        return NotImplemented
+
+    def __getitem__(self, index: Any) -> Any:
+        item = super().__getitem__(index)
+        return PyTreeAccessor(item) if isinstance(index, slice) else item
+
+    def __repr__(self) -> str:
+        return f"PyTreeAccessor({self.codify()}, {tuple(self)!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PyTreeAccessor, (tuple(self),))
+
+
+def _from_steps(steps: list[tuple[tuple[Any, type, PyTreeKind], ...]]) -> list[PyTreeAccessor]:
+    # Each node's step triples are shared by every leaf below it: make one entry per triple.
+    made: dict[int, PyTreeEntry] = {}
+    out = []
+    for path in steps:
+        entries = []
+        for step in path:
+            entry = made.get(id(step))
+            if entry is None:
+                entry = made[id(step)] = AutoEntry(*step)
+            entries.append(entry)
+        out.append(PyTreeAccessor(entries))
+    return out
+
+
+def _one_level(obj: Any, namespace: str = "") -> tuple[list[Any], PyTreeSpec]:
+    leaves, spec = _core.tree_flatten(obj, lambda x: x is not obj, namespace=namespace)
+    return leaves, spec
+
+
+def tree_flatten_with_accessor(
+    tree: Any,
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> tuple[list[PyTreeAccessor], list[Any], PyTreeSpec]:
+    """``(accessors, leaves, treespec)``: every leaf with the accessor that fetches it.
+
+    >>> accessors, leaves, spec = tree_flatten_with_accessor({'x': [5]})
+    >>> [a.codify('t') for a in accessors], leaves
+    (["t['x'][0]"], [5])
+    """
+    steps, leaves, spec = _core._flatten_with_steps(
+        tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+    )
+    return _from_steps(steps), leaves, spec
+
+
+def tree_accessors(
+    tree: Any,
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> list[PyTreeAccessor]:
+    """The accessor of every leaf.
+
+    >>> [a.codify() for a in tree_accessors([1, (2,)])]
+    ['*[0]', '*[1][0]']
+    """
+    return tree_flatten_with_accessor(
+        tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+    )[0]
+
+
+def tree_map_with_accessor(
+    func: Callable[..., Any],
+    tree: Any,
+    /,
+    *rests: Any,
+    is_leaf: Callable[[Any], bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Any:
+    """Maps ``func(accessor, x, *xs)`` over the leaves.
+
+    >>> tree_map_with_accessor(lambda a, x: a.codify('t'), {'k': [0]})
+    {'k': ["t['k'][0]"]}
+    """
+    accessors, leaves, spec = tree_flatten_with_accessor(
+        tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+    )
+    others = [spec.flatten_up_to(r) for r in rests]
+    return spec.unflatten(
+        func(a, x, *xs) for a, x, *xs in zip(accessors, leaves, *others, strict=True)
+    )
+
+
+def _raw_entry(step: Any) -> Any:
+    """The raw entry a path step names: a JAX key, an accessor entry or a raw entry."""
+    if isinstance(step, PyTreeEntry):
+        return step.entry
+    if isinstance(step, _core.SequenceKey):
+        return step.idx
+    if isinstance(step, _core.DictKey | _core.FlattenedIndexKey):
+        return step.key
+    if isinstance(step, _core.GetAttrKey):
+        return step.name
+    return step
+
+
+def _child_position(spec: PyTreeSpec, node: Any, raw: Any) -> int | None:
+    entries = spec.entries()
+    kind = spec.kind
+    if kind == PyTreeKind.NAMEDTUPLE and isinstance(raw, str):
+        fields = type(node)._fields
+        return fields.index(raw) if raw in fields else None
+    for i, e in enumerate(entries):
+        if type(e) is type(raw) and e == raw:
+            return i
+    return None
+
+
+def tree_set(
+    tree: Any,
+    where: Any,
+    value: Any,
+    /,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Any:
+    """A new tree with the subtree at ``where`` replaced by ``value``.
+
+    ``where`` is a ``PyTreeAccessor``, a raw path (``('a', 0)``) or a JAX key path. Subtrees
+    off the path are shared with ``tree``, which is left untouched. A path that does not exist
+    raises ``KeyError`` (mappings and named fields) or ``IndexError`` (sequences).
+
+    >>> tree = {'a': [1, 2], 'b': (3,)}
+    >>> new = tree_set(tree, ('a', 1), 20)
+    >>> new, tree, new['b'] is tree['b']
+    ({'a': [1, 20], 'b': (3,)}, {'a': [1, 2], 'b': (3,)}, True)
+    """
+    steps = tuple(where)
+    stack: list[tuple[PyTreeSpec, list[Any], int]] = []
+    node = tree
+    for depth, step in enumerate(steps):
+        raw = _raw_entry(step)
+        children, spec = _one_level(node, namespace)
+        if spec.is_leaf(strict=False):
+            raise KeyError(
+                f"tree_set: no subtree at {_render(steps[: depth + 1])}: "
+                f"{type(node).__name__} has no children"
+            )
+        pos = _child_position(spec, node, raw)
+        if pos is None:
+            err = IndexError if isinstance(raw, int) and spec.kind in _SEQUENCES else KeyError
+            raise err(f"tree_set: no subtree at {_render(steps[: depth + 1])}")
+        stack.append((spec, children, pos))
+        node = children[pos]
+    out = value
+    for spec, children, pos in reversed(stack):
+        children = list(children)
+        children[pos] = out
+        out = spec.unflatten(children)
+    return out
+
+
+_SEQUENCES = (PyTreeKind.TUPLE, PyTreeKind.LIST, PyTreeKind.DEQUE, PyTreeKind.NAMEDTUPLE)
+
+
+def _render(steps: tuple[Any, ...]) -> str:
+    parts = []
+    for s in steps:
+        if isinstance(s, PyTreeEntry):
+            parts.append(s.codify(""))
+        elif isinstance(s, _core.SequenceKey | _core.DictKey | _core.GetAttrKey):
+            parts.append(str(s))
+        else:
+            parts.append(f"[{s!r}]")
+    return "tree" + "".join(parts)
