@@ -1505,7 +1505,7 @@ def test_threads_map_while_another_registers(reg: Registrations) -> None:
 
     def worker(k: int) -> Callable[[], None]:
         def run() -> None:
-            for i in range(200):
+            for i in range(1000):
                 tree = {"n": Node(i, (k, Rec(i, k)), meta=k), "z": [Node(meta=None)]}
                 leaves, spec = oxtree.tree_flatten(tree)
                 assert leaves == [i, k, i]
@@ -1537,30 +1537,38 @@ def test_threads_map_while_another_registers(reg: Registrations) -> None:
 
 def test_threads_flatten_while_the_type_flips(reg: Registrations) -> None:
     Flip = make_box("Flip")
-    done = threading.Event()
+    readers_left = [2]
+    lock = threading.Lock()
+    flips = [0]
 
     def flipper() -> None:
-        for _ in range(300):
+        while readers_left[0] or flips[0] < 20:
             oxtree.register_pytree_node(Flip, Flip.flatten, Flip.unflatten, namespace="flip")
             oxtree.unregister_pytree_node(Flip, namespace="flip")
-        done.set()
+            flips[0] += 1
 
-    seen: set[int] = set()
+    seen: list[int] = []
 
     def reader() -> None:
         box = Flip(1, 2, meta="m")
         tree = [box, 3]
-        while not done.is_set():
-            leaves, spec = oxtree.tree_flatten(tree, namespace="flip")
-            # Either the whole type was a leaf or a node: never anything in between.
-            assert leaves in ([box, 3], [1, 2, 3])
-            seen.add(len(leaves))
-            assert spec.unflatten(leaves) == tree
+        try:
+            for _ in range(2000):
+                leaves, spec = oxtree.tree_flatten(tree, namespace="flip")
+                # Either the whole type was a leaf or a node: never anything in between.
+                assert leaves in ([box, 3], [1, 2, 3])
+                seen.append(len(leaves))
+                assert spec.unflatten(leaves) == tree
+        finally:
+            with lock:
+                readers_left[0] -= 1
 
     errors = run_threads([flipper, reader, reader])
     assert errors == []
-    assert seen  # the readers ran
+    assert len(seen) == 4000
+    assert flips[0] >= 20
     assert Flip not in oxtree.registered_types(namespace="flip")
+    assert oxtree.tree_leaves(Flip(1), namespace="flip") == [Flip(1)]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -26,16 +26,36 @@ class partial(functools.partial):
     """
 
     def __new__(cls, func: Any, /, *args: Any, **keywords: Any) -> partial:
-        # A Partial of a plain functools.partial keeps the inner function static as a whole,
-        # instead of flattening (and so re-tracing) its bound arguments.
-        if isinstance(func, functools.partial) and not isinstance(func, partial):
-            original = func
-
-            def func(*a: Any, **k: Any) -> Any:
-                return original(*a, **k)
-
-            func.__name__ = getattr(original.func, "__name__", "partial")
+        # An inner partial (plain or ours) is kept whole as the static function, behind a shim
+        # that compares and hashes as the inner partial does, so two Partials around the same
+        # inner partial have equal treedefs (and share a jit cache entry).
+        if isinstance(func, functools.partial):
+            func = _StaticCallable(func)
         return super().__new__(cls, func, *args, **keywords)
+
+
+class _StaticCallable:
+    """Wraps a callable so functools.partial does not merge it; equal when the wrapped are."""
+
+    __slots__ = ("args", "func", "keywords", "wrapped")
+
+    def __init__(self, wrapped: functools.partial) -> None:  # type: ignore[type-arg]
+        self.wrapped = wrapped
+        self.func, self.args, self.keywords = wrapped.func, wrapped.args, wrapped.keywords
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.wrapped(*args, **kwargs)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _StaticCallable):
+            return NotImplemented
+        return self.wrapped == other.wrapped
+
+    def __hash__(self) -> int:
+        return hash(self.wrapped)
+
+    def __repr__(self) -> str:
+        return repr(self.wrapped)
 
 
 Partial = partial

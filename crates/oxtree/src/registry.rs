@@ -5,7 +5,7 @@
 //! map, change the copy and swap it in under the lock.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -94,6 +94,31 @@ impl Registry {
 
 static REGISTRY: Mutex<Option<Arc<Registry>>> = Mutex::new(None);
 
+/// Registrations removed by `unregister_pytree_node`, by (namespace, type address), held
+/// weakly: while a treespec built before still holds one, a pickle of that treespec loads in
+/// this process. A registration nobody holds any more is gone for good.
+type Retired = HashMap<(String, usize), Weak<Registration>>;
+
+static RETIRED: Mutex<Option<Retired>> = Mutex::new(None);
+
+/// The registration of `ty` in `namespace` (or the global one), for rebuilding a pickled
+/// treespec: the live registry first, then a registration retired but still in use.
+pub fn lookup_for_load(
+    ty: *mut pyo3::ffi::PyTypeObject,
+    namespace: &str,
+) -> Option<Arc<Registration>> {
+    if let Some(found) = snapshot().lookup(ty, namespace) {
+        return Some(found.clone());
+    }
+    let guard = RETIRED.lock().unwrap_or_else(|e| e.into_inner());
+    let retired = guard.as_ref()?;
+    [namespace, ""].iter().find_map(|ns| {
+        let reg = retired.get(&((*ns).to_owned(), ty as usize))?.upgrade()?;
+        // A live registration keeps its type alive, so the address cannot have been reused.
+        (reg.ty.as_ptr() == ty.cast()).then_some(reg)
+    })
+}
+
 /// The registry as it is now; cheap (one lock and one reference count).
 pub fn snapshot() -> Arc<Registry> {
     let mut guard = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
@@ -164,7 +189,11 @@ fn insert(cls: &Bound<'_, PyType>, rule: Rule, namespace: &str) -> PyResult<()> 
         }
         table.insert(key, reg);
         Ok(())
-    })
+    })?;
+    if let Some(retired) = RETIRED.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        retired.remove(&(namespace.to_owned(), key));
+    }
+    Ok(())
 }
 
 fn check_callable(f: &Bound<'_, PyAny>, what: &str) -> PyResult<()> {
@@ -276,8 +305,13 @@ pub fn unregister_pytree_node(cls: &Bound<'_, PyAny>, namespace: &str) -> PyResu
         Ok(found)
     })?;
     match removed {
-        // Dropped here, with the GIL held, rather than inside the registry lock.
         Some(reg) => {
+            let mut guard = RETIRED.lock().unwrap_or_else(|e| e.into_inner());
+            let retired = guard.get_or_insert_with(HashMap::new);
+            retired.retain(|_, w| w.strong_count() > 0);
+            retired.insert((namespace.to_owned(), key), Arc::downgrade(&reg));
+            drop(guard);
+            // Dropped here, with the GIL held and no lock taken.
             drop(reg);
             Ok(())
         }

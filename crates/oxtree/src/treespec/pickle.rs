@@ -132,7 +132,6 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
     if raw.is_empty() {
         return Err(bad("no nodes"));
     }
-    let reg = registry::snapshot();
     // (num_leaves, num_nodes) of each completed subtree not yet claimed by a parent.
     let mut pending: Vec<(usize, usize)> = Vec::new();
     let mut nodes = Vec::with_capacity(raw.len());
@@ -243,13 +242,14 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
                 let ty = custom_type
                     .cast::<PyType>()
                     .map_err(|_| bad(format!("node {i}: a custom node needs its type")))?;
-                let found = reg.lookup(ty.as_ptr().cast(), &namespace).ok_or_else(|| {
-                    bad(format!(
-                        "node {i}: {} is not a registered pytree node type in this process",
-                        ty.name().map(|n| n.to_string()).unwrap_or_default()
-                    ))
-                })?;
-                node.custom = Some(found.clone());
+                let found =
+                    registry::lookup_for_load(ty.as_ptr().cast(), &namespace).ok_or_else(|| {
+                        bad(format!(
+                            "node {i}: {} is not a registered pytree node type in this process",
+                            ty.name().map(|n| n.to_string()).unwrap_or_default()
+                        ))
+                    })?;
+                node.custom = Some(found);
                 node.data = Some(data.unbind());
             }
         }
