@@ -15,6 +15,7 @@ MODULES = [
     "oxtree.dataclasses",
     "oxtree.functools",
     "oxtree.accessors",
+    "oxtree.treespec",
 ]
 
 

@@ -11,9 +11,11 @@ import contextlib
 import copy
 import dataclasses
 import functools
+import gc
 import pickle
 import sys
 import threading
+import weakref
 from collections import OrderedDict, defaultdict, deque
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
@@ -338,6 +340,97 @@ def test_registered_int_becomes_a_node(reg: Registrations) -> None:
     assert oxtree.tree_leaves([1, 2.5]) == [2.5]
     assert oxtree.tree_structure(1) != oxtree.tree_structure(2)
     assert oxtree.tree_unflatten(oxtree.tree_structure([7, 0.0]), [1.5]) == [7, 1.5]
+
+
+def test_registered_types_lists_namespace_and_global(reg: Registrations) -> None:
+    Global, Local = make_box("Global"), make_box("Local")
+    reg.box(Global)
+    reg.box(Local, "types-ns")
+    assert Global in oxtree.registered_types()
+    assert Local not in oxtree.registered_types()
+    in_ns = oxtree.registered_types(namespace="types-ns")
+    assert Global in in_ns
+    assert Local in in_ns
+    assert Local not in oxtree.registered_types(namespace="another-ns")
+
+
+def test_deep_chain_of_custom_nodes(reg: Registrations) -> None:
+    Box = make_box()
+    reg.box(Box)
+
+    @dataclasses.dataclass
+    class Link:
+        nxt: Any
+        depth: int = dataclasses.field(default=0, metadata={"static": True})
+
+    oxtree.register_dataclass(Link)
+    reg.track(Link)
+    tree: Any = "bottom"
+    for depth in range(6000):
+        tree = Box(tree, meta=depth) if depth % 2 else Link(tree, depth)
+    leaves, spec = oxtree.tree_flatten(tree)
+    assert leaves == ["bottom"]
+    assert spec.num_nodes == 6001
+    top = spec.unflatten(["top"])
+    assert type(top) is Box
+    assert top.meta == 5999
+    assert oxtree.tree_structure(oxtree.tree_map(str.upper, tree)) == spec
+
+
+def test_reentrant_flatten_and_registration_mid_walk(reg: Registrations) -> None:
+    Outer = make_box("Outer")
+    made: list[type] = []
+
+    def flatten(box: Any) -> Any:
+        # A flatten function may walk trees itself and change the registry.
+        assert oxtree.tree_leaves(list(box.children)) is not None
+        tmp = make_box("Tmp")
+        oxtree.register_pytree_node(tmp, tmp.flatten, tmp.unflatten)
+        oxtree.unregister_pytree_node(tmp)
+        made.append(tmp)
+        return box.children, box.meta
+
+    reg.node(Outer, flatten, Outer.unflatten)
+    tree = [Outer(1, Outer(2, [3])), 4]
+    assert oxtree.tree_leaves(tree) == [1, 2, 3, 4]
+    assert oxtree.tree_map(lambda v: v * 2, tree) == [Outer(2, Outer(4, [6])), 8]
+    assert len(made) >= 4
+    assert not any(t in oxtree.registered_types() for t in made)
+
+
+def test_unregistering_mid_walk_does_not_change_the_walk(reg: Registrations) -> None:
+    Box = make_box()
+
+    def flatten(box: Any) -> Any:
+        with contextlib.suppress(ValueError):
+            oxtree.unregister_pytree_node(Box)
+        return box.children, box.meta
+
+    reg.node(Box, flatten, Box.unflatten)
+    tree = [Box(1), Box(2, Box(3))]
+    # The walk that started with Box registered treats every Box as a node ...
+    leaves, spec = oxtree.tree_flatten(tree)
+    assert leaves == [1, 2, 3]
+    assert spec.unflatten([4, 5, 6]) == [Box(4), Box(5, Box(6))]
+    # ... and the next walk sees it unregistered.
+    assert oxtree.tree_leaves(tree) == tree
+
+
+def test_unregistered_class_can_be_collected() -> None:
+    def scope() -> tuple[weakref.ref[type], Any]:
+        Box = make_box("Collectable")
+        oxtree.register_pytree_node(Box, Box.flatten, Box.unflatten, namespace="gc-ns")
+        spec = oxtree.tree_structure(Box(1), namespace="gc-ns")
+        oxtree.unregister_pytree_node(Box, namespace="gc-ns")
+        return weakref.ref(Box), spec
+
+    ref, spec = scope()
+    gc.collect()
+    assert ref() is not None  # the spec still uses it
+    assert spec.unflatten([2]).children == (2,)
+    del spec
+    gc.collect()
+    assert ref() is None
 
 
 # --------------------------------------------------------------------------------------------------

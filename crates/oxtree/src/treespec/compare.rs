@@ -31,7 +31,15 @@ fn equal_keys(py: Python<'_>, a: &Node, b: &Node) -> PyResult<bool> {
 }
 
 fn equal_nodes(py: Python<'_>, a: &Node, b: &Node) -> PyResult<bool> {
-    if a.kind != b.kind || a.arity != b.arity || a.num_leaves != b.num_leaves {
+    if a.num_leaves != b.num_leaves {
+        return Ok(false);
+    }
+    same_node(py, a, b)
+}
+
+/// Whether two nodes are the same node, children aside: kind, arity and payload.
+pub fn same_node(py: Python<'_>, a: &Node, b: &Node) -> PyResult<bool> {
+    if a.kind != b.kind || a.arity != b.arity {
         return Ok(false);
     }
     Ok(match a.kind {
@@ -41,8 +49,10 @@ fn equal_nodes(py: Python<'_>, a: &Node, b: &Node) -> PyResult<bool> {
         Kind::NamedTuple | Kind::StructSeq => same_object(&a.data, &b.data),
         Kind::Deque => equal_objects(py, &a.data, &b.data)?,
         Kind::Custom => {
+            // The same registration, not just the same type: a type unregistered and
+            // registered again with other rules makes other structures.
             let same_type = match (&a.custom, &b.custom) {
-                (Some(x), Some(y)) => x.ty.as_ptr() == y.ty.as_ptr(),
+                (Some(x), Some(y)) => std::sync::Arc::ptr_eq(x, y),
                 _ => false,
             };
             same_type && equal_objects(py, &a.data, &b.data)?

@@ -8,6 +8,7 @@ mod compare;
 mod custom;
 pub mod flatten;
 pub mod keys;
+pub mod ops;
 mod pickle;
 mod repr;
 mod traverse;
@@ -390,6 +391,98 @@ impl PyTreeSpec {
         keys::leaf_paths(self, py, keys::KeyStyle::Keys)
     }
 
+    /// Whether this treespec is a prefix of `other` (`other` replaces some leaves with
+    /// subtrees); with `strict=True`, a proper prefix.
+    #[pyo3(signature = (other, /, *, strict = false))]
+    fn is_prefix(&self, py: Python<'_>, other: &PyTreeSpec, strict: bool) -> PyResult<bool> {
+        ops::is_prefix(py, self, other, strict)
+    }
+
+    /// Whether this treespec is a suffix of `other` (`other` is a prefix of this one).
+    #[pyo3(signature = (other, /, *, strict = false))]
+    fn is_suffix(&self, py: Python<'_>, other: &PyTreeSpec, strict: bool) -> PyResult<bool> {
+        ops::is_prefix(py, other, self, strict)
+    }
+
+    /// The smallest treespec both this one and `other` are prefixes of.
+    fn broadcast_to_common_suffix(
+        &self,
+        py: Python<'_>,
+        other: &PyTreeSpec,
+    ) -> PyResult<PyTreeSpec> {
+        ops::common_suffix(py, self, other)
+    }
+
+    /// This treespec with its `i`-th leaf replaced by `inner[i]`.
+    fn _graft(&self, py: Python<'_>, inner: Vec<PyRef<'_, PyTreeSpec>>) -> PyResult<PyTreeSpec> {
+        ops::graft(py, self, &inner)
+    }
+
+    /// A new treespec: bottom up, each leaf becomes `f_leaf(leaf spec)` and each node
+    /// `f_node(one-level spec)` with the transformed children grafted onto its leaves.
+    #[pyo3(signature = (f_node = None, f_leaf = None))]
+    fn transform(
+        &self,
+        py: Python<'_>,
+        f_node: Option<&Bound<'_, PyAny>>,
+        f_leaf: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTreeSpec> {
+        ops::transform(py, self, f_node, f_leaf)
+    }
+
+    /// The root node alone, with a leaf for each child; None for a leaf.
+    fn one_level(&self, py: Python<'_>) -> Option<PyTreeSpec> {
+        ops::one_level(py, self)
+    }
+
+    /// Whether the root's children are all leaves (and the root is not a leaf).
+    fn is_one_level(&self) -> bool {
+        let root = self.root();
+        root.kind != Kind::Leaf && self.nodes.len() == root.arity + 1
+    }
+
+    /// The root's node data, as optree reports it (the keys of a dict, a namedtuple's type,
+    /// a custom node's aux data, ...).
+    fn node_data<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        ops::node_data(py, self.root())
+    }
+
+    /// Rebuilds the tree, calling `f_leaf(leaf)` at leaves and `f_node(container)` on each
+    /// rebuilt node.
+    #[pyo3(signature = (leaves, /, f_node = None, f_leaf = None))]
+    fn traverse<'py>(
+        &self,
+        leaves: &Bound<'py, PyAny>,
+        f_node: Option<&Bound<'py, PyAny>>,
+        f_leaf: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let leaves = unflatten::collect_leaves(leaves)?;
+        unflatten::build_with(
+            leaves.0,
+            self,
+            leaves.1,
+            &unflatten::Visit::Traverse { f_node, f_leaf },
+        )
+    }
+
+    /// Walks the tree bottom up: `f_leaf(leaf)` at leaves, `f_node(type, node_data,
+    /// children)` at nodes (rebuilding the node where `f_node` is None).
+    #[pyo3(signature = (leaves, /, f_node = None, f_leaf = None))]
+    fn walk<'py>(
+        &self,
+        leaves: &Bound<'py, PyAny>,
+        f_node: Option<&Bound<'py, PyAny>>,
+        f_leaf: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let leaves = unflatten::collect_leaves(leaves)?;
+        unflatten::build_with(
+            leaves.0,
+            self,
+            leaves.1,
+            &unflatten::Visit::Walk { f_node, f_leaf },
+        )
+    }
+
     fn __len__(&self) -> usize {
         self.num_leaves()
     }
@@ -416,12 +509,17 @@ impl PyTreeSpec {
         let Ok(other) = other.cast::<PyTreeSpec>() else {
             return Ok(py.NotImplemented());
         };
-        let eq = compare::equal(self, other.get(), py)?;
-        Ok(match op {
-            CompareOp::Eq => eq.into_pyobject(py)?.to_owned().into_any().unbind(),
-            CompareOp::Ne => (!eq).into_pyobject(py)?.to_owned().into_any().unbind(),
-            _ => py.NotImplemented(),
-        })
+        let other = other.get();
+        let result = match op {
+            CompareOp::Eq => compare::equal(self, other, py)?,
+            CompareOp::Ne => !compare::equal(self, other, py)?,
+            // Ordered by the prefix relation: a < b when a is a proper prefix of b.
+            CompareOp::Lt => ops::is_prefix(py, self, other, true)?,
+            CompareOp::Le => ops::is_prefix(py, self, other, false)?,
+            CompareOp::Gt => ops::is_prefix(py, other, self, true)?,
+            CompareOp::Ge => ops::is_prefix(py, other, self, false)?,
+        };
+        Ok(result.into_pyobject(py)?.to_owned().into_any().unbind())
     }
 
     fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {

@@ -15,6 +15,14 @@ pub fn unflatten_iterable<'py>(
     spec: &PyTreeSpec,
     leaves: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let (py, vec) = collect_leaves(leaves)?;
+    build(py, spec, vec)
+}
+
+/// The items of an iterable of leaves, as a vector.
+pub fn collect_leaves<'py>(
+    leaves: &Bound<'py, PyAny>,
+) -> PyResult<(Python<'py>, Vec<Bound<'py, PyAny>>)> {
     let py = leaves.py();
     let vec: Vec<Bound<'py, PyAny>> = if let Ok(list) = leaves.cast::<PyList>() {
         list.iter().collect()
@@ -29,7 +37,7 @@ pub fn unflatten_iterable<'py>(
         })?;
         iter.collect::<PyResult<_>>()?
     };
-    build(py, spec, vec)
+    Ok((py, vec))
 }
 
 /// Builds the tree of `spec` from exactly `spec.num_leaves()` leaves, consuming them.
@@ -37,6 +45,32 @@ pub fn build<'py>(
     py: Python<'py>,
     spec: &PyTreeSpec,
     leaves: Vec<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    build_with(py, spec, leaves, &Visit::Rebuild)
+}
+
+/// What a post-order walk of a treespec does at each node.
+pub enum Visit<'a, 'py> {
+    /// Rebuild the containers (unflatten).
+    Rebuild,
+    /// optree's `traverse`: `f_leaf(leaf)` at leaves, `f_node(rebuilt container)` at nodes.
+    Traverse {
+        f_node: Option<&'a Bound<'py, PyAny>>,
+        f_leaf: Option<&'a Bound<'py, PyAny>>,
+    },
+    /// optree's `walk`: `f_leaf(leaf)` at leaves, `f_node(type, node_data, children)` at nodes.
+    Walk {
+        f_node: Option<&'a Bound<'py, PyAny>>,
+        f_leaf: Option<&'a Bound<'py, PyAny>>,
+    },
+}
+
+/// A post-order walk of `spec` over `leaves`, doing what `visit` says at each node.
+pub fn build_with<'py>(
+    py: Python<'py>,
+    spec: &PyTreeSpec,
+    leaves: Vec<Bound<'py, PyAny>>,
+    visit: &Visit<'_, 'py>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let expected = spec.num_leaves();
     if leaves.len() != expected {
@@ -50,15 +84,41 @@ pub fn build<'py>(
     let mut leaves = leaves.into_iter();
     let mut stack: Vec<Bound<'py, PyAny>> = Vec::new();
     for node in &spec.nodes {
-        match node.kind {
-            Kind::Leaf => stack.push(leaves.next().expect("the leaf count was checked")),
-            Kind::None => stack.push(py.None().into_bound(py)),
-            _ => {
+        let value = match (node.kind, visit) {
+            (Kind::Leaf, Visit::Rebuild) => leaves.next().expect("the leaf count was checked"),
+            (Kind::Leaf, Visit::Traverse { f_leaf, .. } | Visit::Walk { f_leaf, .. }) => {
+                let leaf = leaves.next().expect("the leaf count was checked");
+                match f_leaf {
+                    Some(f) => f.call1((leaf,))?,
+                    None => leaf,
+                }
+            }
+            (Kind::None, Visit::Rebuild | Visit::Traverse { .. }) => py.None().into_bound(py),
+            (_, Visit::Rebuild) => {
+                let start = stack.len() - node.arity;
+                make_node(py, node, stack.drain(start..))?
+            }
+            (_, Visit::Traverse { f_node, .. }) => {
                 let start = stack.len() - node.arity;
                 let obj = make_node(py, node, stack.drain(start..))?;
-                stack.push(obj);
+                match f_node {
+                    Some(f) => f.call1((obj,))?,
+                    None => obj,
+                }
             }
-        }
+            (_, Visit::Walk { f_node, .. }) => {
+                let start = stack.len() - node.arity;
+                let children = tuple_from(py, stack.drain(start..));
+                match f_node {
+                    Some(f) => {
+                        let ty = node.py_type(py).unwrap_or_else(|| py.None().into_bound(py));
+                        f.call1((ty, super::ops::node_data(py, node)?, children))?
+                    }
+                    None => make_node(py, node, children.iter().collect::<Vec<_>>().into_iter())?,
+                }
+            }
+        };
+        stack.push(value);
     }
     Ok(stack.pop().expect("a treespec has a root"))
 }

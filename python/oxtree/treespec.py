@@ -1,0 +1,344 @@
+"""Building and inspecting treespecs directly, as optree's ``treespec_*`` functions do.
+
+>>> import oxtree
+>>> spec = treespec_tuple([treespec_leaf(), treespec_dict(b=treespec_leaf(), a=treespec_none())])
+>>> spec
+PyTreeSpec((*, {'a': None, 'b': *}))
+>>> spec.unflatten([1, 2])
+(1, {'b': 2, 'a': None})
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from oxtree import _core
+from oxtree._core import PyTreeSpec
+
+__all__ = [
+    "treespec_accessors",
+    "treespec_child",
+    "treespec_children",
+    "treespec_defaultdict",
+    "treespec_deque",
+    "treespec_dict",
+    "treespec_entries",
+    "treespec_entry",
+    "treespec_from_collection",
+    "treespec_is_leaf",
+    "treespec_is_one_level",
+    "treespec_is_prefix",
+    "treespec_is_strict_leaf",
+    "treespec_is_suffix",
+    "treespec_leaf",
+    "treespec_list",
+    "treespec_namedtuple",
+    "treespec_none",
+    "treespec_one_level",
+    "treespec_ordereddict",
+    "treespec_paths",
+    "treespec_structseq",
+    "treespec_transform",
+    "treespec_tuple",
+]
+
+
+class _Slot:
+    """A placeholder leaf standing for a child treespec while the one-level shape is made."""
+
+    __slots__ = ()
+
+
+_SLOT = _Slot()
+
+
+def _check(spec: Any) -> PyTreeSpec:
+    if not isinstance(spec, PyTreeSpec):
+        raise TypeError(f"expected a PyTreeSpec, got {spec!r}")
+    return spec
+
+
+def _from_collection(
+    collection: Any, children: list[PyTreeSpec], none_is_leaf: bool, namespace: str
+) -> PyTreeSpec:
+    """The one-level treespec of `collection` (whose items are `_SLOT`), grafted."""
+    for child in children:
+        _check(child)
+        if child.none_is_leaf != none_is_leaf:
+            raise ValueError(
+                f"expected treespecs with none_is_leaf={none_is_leaf}, got one with "
+                f"none_is_leaf={child.none_is_leaf}"
+            )
+    shape = _core.tree_structure(
+        collection, lambda x: x is _SLOT, none_is_leaf=none_is_leaf, namespace=namespace
+    )
+    return shape._graft(children)
+
+
+def _mapping_items(mapping: Any, kwargs: dict[str, Any]) -> list[tuple[Any, Any]]:
+    items = list(mapping.items()) if isinstance(mapping, Mapping) else list(mapping)
+    items.extend(kwargs.items())
+    return items
+
+
+def treespec_leaf(*, none_is_leaf: bool = False, namespace: str = "") -> PyTreeSpec:
+    """The treespec of a single leaf.
+
+    >>> treespec_leaf()
+    PyTreeSpec(*)
+    """
+    return _core.tree_structure(_SLOT, none_is_leaf=none_is_leaf, namespace=namespace)
+
+
+def treespec_none(*, none_is_leaf: bool = False, namespace: str = "") -> PyTreeSpec:
+    """The treespec of None: a node without children, or a leaf with ``none_is_leaf=True``.
+
+    >>> treespec_none()
+    PyTreeSpec(None)
+    """
+    return _core.tree_structure(None, none_is_leaf=none_is_leaf, namespace=namespace)
+
+
+def treespec_tuple(
+    iterable: Iterable[PyTreeSpec] = (), /, *, none_is_leaf: bool = False, namespace: str = ""
+) -> PyTreeSpec:
+    """A tuple of the given treespecs.
+
+    >>> treespec_tuple([treespec_leaf(), treespec_none()])
+    PyTreeSpec((*, None))
+    """
+    children = list(iterable)
+    return _from_collection(tuple(_SLOT for _ in children), children, none_is_leaf, namespace)
+
+
+def treespec_list(
+    iterable: Iterable[PyTreeSpec] = (), /, *, none_is_leaf: bool = False, namespace: str = ""
+) -> PyTreeSpec:
+    """A list of the given treespecs.
+
+    >>> treespec_list([treespec_leaf()])
+    PyTreeSpec([*])
+    """
+    children = list(iterable)
+    return _from_collection([_SLOT for _ in children], children, none_is_leaf, namespace)
+
+
+def _dict_like(
+    make: Callable[[list[Any]], Any],
+    items: list[tuple[Any, Any]],
+    none_is_leaf: bool,
+    namespace: str,
+) -> PyTreeSpec:
+    by_key = dict(items)
+    shape = make([(k, _SLOT) for k in by_key])
+    # Children are grafted in the shape's leaf order (sorted keys for dict and defaultdict).
+    order = _core.tree_structure(
+        shape, lambda x: x is _SLOT, none_is_leaf=none_is_leaf, namespace=namespace
+    ).entries()
+    return _from_collection(shape, [by_key[k] for k in order], none_is_leaf, namespace)
+
+
+def treespec_dict(
+    mapping: Mapping[Any, PyTreeSpec] | Iterable[tuple[Any, PyTreeSpec]] = (),
+    /,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+    **kwargs: PyTreeSpec,
+) -> PyTreeSpec:
+    """A dict of the given treespecs (insertion order kept for rebuilding).
+
+    >>> treespec_dict({'b': treespec_leaf(), 'a': treespec_none()})
+    PyTreeSpec({'a': None, 'b': *})
+    """
+    return _dict_like(dict, _mapping_items(mapping, kwargs), none_is_leaf, namespace)
+
+
+def treespec_ordereddict(
+    mapping: Mapping[Any, PyTreeSpec] | Iterable[tuple[Any, PyTreeSpec]] = (),
+    /,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+    **kwargs: PyTreeSpec,
+) -> PyTreeSpec:
+    """An OrderedDict of the given treespecs, in the given order.
+
+    >>> treespec_ordereddict([('b', treespec_leaf()), ('a', treespec_leaf())])
+    PyTreeSpec(OrderedDict({'b': *, 'a': *}))
+    """
+    items = _mapping_items(mapping, kwargs)
+    return _dict_like(collections.OrderedDict, items, none_is_leaf, namespace)
+
+
+def treespec_defaultdict(
+    default_factory: Callable[[], Any] | None = None,
+    mapping: Mapping[Any, PyTreeSpec] | Iterable[tuple[Any, PyTreeSpec]] = (),
+    /,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+    **kwargs: PyTreeSpec,
+) -> PyTreeSpec:
+    """A defaultdict with ``default_factory`` of the given treespecs.
+
+    >>> treespec_defaultdict(list, {'a': treespec_leaf()})
+    PyTreeSpec(defaultdict(<class 'list'>, {'a': *}))
+    """
+    items = _mapping_items(mapping, kwargs)
+    return _dict_like(
+        lambda pairs: collections.defaultdict(default_factory, pairs),
+        items,
+        none_is_leaf,
+        namespace,
+    )
+
+
+def treespec_deque(
+    iterable: Iterable[PyTreeSpec] = (),
+    /,
+    maxlen: int | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> PyTreeSpec:
+    """A deque of the given treespecs.
+
+    >>> treespec_deque([treespec_leaf()], maxlen=4)
+    PyTreeSpec(deque([*], maxlen=4))
+    """
+    children = list(iterable)
+    shape = collections.deque([_SLOT for _ in children], maxlen=maxlen)
+    return _from_collection(shape, children, none_is_leaf, namespace)
+
+
+def treespec_namedtuple(
+    namedtuple: Any, /, *, none_is_leaf: bool = False, namespace: str = ""
+) -> PyTreeSpec:
+    """A namedtuple node whose fields hold treespecs.
+
+    >>> import collections
+    >>> P = collections.namedtuple('P', 'x y')
+    >>> treespec_namedtuple(P(treespec_leaf(), treespec_none()))
+    PyTreeSpec(P(x=*, y=None))
+    """
+    children = list(namedtuple)
+    shape = type(namedtuple)(*(_SLOT for _ in children))
+    return _from_collection(shape, children, none_is_leaf, namespace)
+
+
+def treespec_structseq(
+    structseq: Any, /, *, none_is_leaf: bool = False, namespace: str = ""
+) -> PyTreeSpec:
+    """A struct sequence node whose fields hold treespecs.
+
+    >>> import time
+    >>> spec = treespec_structseq(time.struct_time([treespec_leaf()] * 9))
+    >>> spec.num_leaves
+    9
+    """
+    children = list(structseq)
+    shape = type(structseq)([_SLOT for _ in children])
+    return _from_collection(shape, children, none_is_leaf, namespace)
+
+
+def treespec_from_collection(
+    collection: Any, /, *, none_is_leaf: bool = False, namespace: str = ""
+) -> PyTreeSpec:
+    """The treespec of a container whose children are treespecs (any node type).
+
+    >>> treespec_from_collection({'a': treespec_leaf(), 'b': [treespec_leaf()]})
+    Traceback (most recent call last):
+    ...
+    TypeError: expected a PyTreeSpec, got [PyTreeSpec(*)]
+    >>> treespec_from_collection([treespec_leaf(), treespec_none()])
+    PyTreeSpec([*, None])
+    """
+    if collection is None:
+        return treespec_none(none_is_leaf=none_is_leaf, namespace=namespace)
+    children, shape = _core.tree_flatten(
+        collection, lambda x: x is not collection, none_is_leaf=none_is_leaf, namespace=namespace
+    )
+    if shape.is_leaf():
+        raise TypeError(f"expected a container of PyTreeSpecs, got {collection!r}")
+    for child in children:
+        _check(child)
+    return _from_collection(
+        shape.unflatten([_SLOT] * len(children)), children, none_is_leaf, namespace
+    )
+
+
+def treespec_paths(treespec: PyTreeSpec, /) -> list[tuple[Any, ...]]:
+    """``treespec.paths()``."""
+    return _check(treespec).paths()
+
+
+def treespec_accessors(treespec: PyTreeSpec, /) -> Any:
+    """``treespec.accessors()``."""
+    return _check(treespec).accessors()
+
+
+def treespec_entries(treespec: PyTreeSpec, /) -> list[Any]:
+    """``treespec.entries()``."""
+    return _check(treespec).entries()
+
+
+def treespec_entry(treespec: PyTreeSpec, index: int, /) -> Any:
+    """``treespec.entry(index)``."""
+    return _check(treespec).entry(index)
+
+
+def treespec_children(treespec: PyTreeSpec, /) -> list[PyTreeSpec]:
+    """``treespec.children()``."""
+    return _check(treespec).children()
+
+
+def treespec_child(treespec: PyTreeSpec, index: int, /) -> PyTreeSpec:
+    """``treespec.child(index)``."""
+    return _check(treespec).child(index)
+
+
+def treespec_one_level(treespec: PyTreeSpec, /) -> PyTreeSpec | None:
+    """``treespec.one_level()``."""
+    return _check(treespec).one_level()
+
+
+def treespec_transform(
+    treespec: PyTreeSpec,
+    /,
+    f_node: Callable[[PyTreeSpec], PyTreeSpec] | None = None,
+    f_leaf: Callable[[PyTreeSpec], PyTreeSpec] | None = None,
+) -> PyTreeSpec:
+    """``treespec.transform(f_node, f_leaf)``."""
+    return _check(treespec).transform(f_node, f_leaf)
+
+
+def treespec_is_leaf(treespec: PyTreeSpec, /, strict: bool = True) -> bool:
+    """``treespec.is_leaf(strict)``."""
+    return _check(treespec).is_leaf(strict=strict)
+
+
+def treespec_is_strict_leaf(treespec: PyTreeSpec, /) -> bool:
+    """Whether the treespec is exactly one leaf."""
+    return _check(treespec).is_leaf(strict=True)
+
+
+def treespec_is_one_level(treespec: PyTreeSpec, /) -> bool:
+    """``treespec.is_one_level()``."""
+    return _check(treespec).is_one_level()
+
+
+def treespec_is_prefix(
+    treespec: PyTreeSpec, other_treespec: PyTreeSpec, /, *, strict: bool = False
+) -> bool:
+    """``treespec.is_prefix(other_treespec, strict=strict)``."""
+    return _check(treespec).is_prefix(_check(other_treespec), strict=strict)
+
+
+def treespec_is_suffix(
+    treespec: PyTreeSpec, other_treespec: PyTreeSpec, /, *, strict: bool = False
+) -> bool:
+    """``treespec.is_suffix(other_treespec, strict=strict)``."""
+    return _check(treespec).is_suffix(_check(other_treespec), strict=strict)
