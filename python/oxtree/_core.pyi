@@ -1,7 +1,6 @@
 """Type stubs for oxtree's Rust extension."""
 
 import builtins
-
 from collections.abc import Callable, Iterable
 from enum import IntEnum
 from typing import Any, Final, Self, TypeVar, final
