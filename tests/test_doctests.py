@@ -16,6 +16,7 @@ MODULES = [
     "oxtree.functools",
     "oxtree.accessors",
     "oxtree.treespec",
+    "oxtree.serialization",
 ]
 
 

@@ -69,6 +69,7 @@ from oxtree.registry import (
     registered_types,
     unregister_pytree_node,
 )
+from oxtree.serialization import treespec_from_json, treespec_to_json
 from oxtree.treespec import (
     treespec_accessors,
     treespec_child,
@@ -152,6 +153,8 @@ __all__ = [
     "treespec_entries",
     "treespec_entry",
     "treespec_from_collection",
+    "treespec_from_json",
+    "treespec_to_json",
     "treespec_is_leaf",
     "treespec_is_one_level",
     "treespec_is_prefix",

@@ -229,6 +229,19 @@ object_key!(FlattenedIndexKey, key, PyAny, "FlattenedIndexKey", |k| Ok(
     format!("[<flat index {}>]", k.str()?)
 ));
 
+/// The field holding the value of a key object of another library with JAX's key class
+/// names (`jax.tree_util.SequenceKey(idx=...)` and the others).
+fn foreign_key_field(key: &Bound<'_, PyAny>) -> Option<&'static str> {
+    let name = key.get_type().name().ok()?;
+    let field = match name.to_str().ok()? {
+        "SequenceKey" => "idx",
+        "DictKey" | "FlattenedIndexKey" => "key",
+        "GetAttrKey" => "name",
+        _ => return None,
+    };
+    key.hasattr(field).ok()?.then_some(field)
+}
+
 /// The simple form of one key, as JAX's `keystr(simple=True)` prints it.
 fn simple_entry(key: &Bound<'_, PyAny>) -> PyResult<String> {
     let py = key.py();
@@ -241,6 +254,9 @@ fn simple_entry(key: &Bound<'_, PyAny>) -> PyResult<String> {
         k.get().name.bind(py).clone().into_any()
     } else if let Ok(k) = key.cast::<FlattenedIndexKey>() {
         k.get().key.bind(py).clone()
+    } else if let Some(field) = foreign_key_field(key) {
+        // JAX's own key objects (from jax.tree_util) print the same way.
+        key.getattr(field)?
     } else {
         key.clone()
     };

@@ -483,6 +483,15 @@ impl PyTreeSpec {
         )
     }
 
+    /// A versioned JSON-compatible document describing this treespec (builtin nodes only);
+    /// `treespec_from_json` reads it back.
+    fn to_json<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        py.import("oxtree.serialization")?
+            .getattr("treespec_to_json")?
+            .call1((slf,))
+    }
+
     fn __len__(&self) -> usize {
         self.num_leaves()
     }

@@ -45,6 +45,7 @@ pub fn state<'py>(spec: &PyTreeSpec, py: Python<'py>) -> PyResult<Bound<'py, PyT
                     None => py.None().into_bound(py),
                 },
                 custom_type,
+                opt(py, &node.entries),
             ],
         )?);
     }
@@ -136,11 +137,12 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
     let mut pending: Vec<(usize, usize)> = Vec::new();
     let mut nodes = Vec::with_capacity(raw.len());
     for (i, item) in raw.iter().enumerate() {
+        let mut node_entries: Option<Py<PyTuple>> = None;
         let t = item
             .cast::<PyTuple>()
             .map_err(|_| bad(format!("node {i} is not a tuple")))?;
-        if t.len() != 6 {
-            return Err(bad(format!("node {i} has {} fields, expected 6", t.len())));
+        if t.len() != 7 {
+            return Err(bad(format!("node {i} has {} fields, expected 7", t.len())));
         }
         let kind_no: u8 = t
             .get_item(0)?
@@ -156,6 +158,16 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
         let keys = key_list(&t.get_item(3)?, "keys", i)?;
         let insertion = positions(&t.get_item(4)?, i)?;
         let custom_type = t.get_item(5)?;
+        let entries = t.get_item(6)?;
+        if !entries.is_none() {
+            let e = entries
+                .cast::<PyTuple>()
+                .map_err(|_| bad(format!("node {i}: entries must be a tuple or None")))?;
+            if kind != Kind::Custom || e.len() != arity {
+                return Err(bad(format!("node {i}: entries do not fit the node")));
+            }
+            node_entries = Some(e.clone().unbind());
+        }
         if arity > pending.len() {
             return Err(bad(format!(
                 "node {i} claims {arity} children but only {} precede it",
@@ -163,6 +175,7 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
             )));
         }
         let mut node = Node::bare(kind, arity, 0, 0);
+        node.entries = node_entries.take();
         let data_none = data.is_none();
         match kind {
             Kind::Leaf | Kind::None | Kind::Tuple | Kind::List => {
