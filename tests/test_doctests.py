@@ -17,6 +17,10 @@ MODULES = [
     "oxtree.accessors",
     "oxtree.treespec",
     "oxtree.serialization",
+    "oxtree.tree_util",
+    "oxtree.tree",
+    "oxtree.types",
+    "oxtree.ops",
 ]
 
 

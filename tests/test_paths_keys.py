@@ -15,7 +15,7 @@ from typing import Any
 import jax.tree_util as jtu
 import oxtree
 import pytest
-from helpers import CORPUS, OPAQUE_KEY_1, parametrize
+from helpers import CORPUS, OPAQUE_KEY_1, TREES, parametrize
 from test_paths_helpers import JAX_TREES, to_jax, to_oxtree
 
 KEY_CLASS_NAMES = ("SequenceKey", "DictKey", "GetAttrKey", "FlattenedIndexKey")
@@ -264,11 +264,13 @@ def test_copy_and_deepcopy(name: str, value: Any) -> None:
         assert hash(clone) == hash(key)
 
 
-def test_pickle_a_whole_key_path() -> None:
-    tree = {"b": [1, (2, {"c": 3})], "a": CORPUS["namedtuple"]}
-    paths = [path for path, _ in oxtree.tree_leaves_with_path(tree)]
-    assert pickle.loads(pickle.dumps(paths)) == paths
-    assert copy.deepcopy(paths) == paths
+@parametrize(tree=TREES)
+def test_pickle_the_key_paths_of_the_corpus(tree: Any) -> None:
+    paths = [path for path, _ in oxtree.tree_leaves_with_path(tree, none_is_leaf=True)]
+    for clone in (pickle.loads(pickle.dumps(paths)), copy.deepcopy(paths)):
+        assert clone == paths
+        assert [hash(p) for p in clone] == [hash(p) for p in paths]
+        assert [oxtree.keystr(p) for p in clone] == [oxtree.keystr(p) for p in paths]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from oxtree import dataclasses
+from oxtree import dataclasses, tree, tree_util
+from oxtree import types as types
 from oxtree._core import (
     GLOBAL_NAMESPACE,
     MAX_RECURSION_DEPTH,
@@ -61,6 +62,32 @@ from oxtree.accessors import (
     tree_set,
 )
 from oxtree.functools import Partial
+from oxtree.ops import (
+    FlattenOneLevelOutput,
+    broadcast_common,
+    broadcast_prefix,
+    prefix_errors,
+    tree_all,
+    tree_any,
+    tree_broadcast_common,
+    tree_broadcast_map,
+    tree_broadcast_map_with_path,
+    tree_broadcast_prefix,
+    tree_combine,
+    tree_flatten_one_level,
+    tree_map_with_accessor_,
+    tree_map_with_path_,
+    tree_max,
+    tree_min,
+    tree_partition,
+    tree_reduce,
+    tree_reduce_associative,
+    tree_replace_nones,
+    tree_sum,
+    tree_transpose,
+    tree_transpose_map,
+    tree_transpose_map_with_path,
+)
 from oxtree.registry import (
     register_dataclass,
     register_pytree_node,
@@ -144,6 +171,30 @@ __all__ = [
     "tree_map_with_path",
     "tree_paths",
     "tree_set",
+    "tree_broadcast_prefix",
+    "broadcast_prefix",
+    "tree_broadcast_common",
+    "broadcast_common",
+    "tree_broadcast_map",
+    "tree_broadcast_map_with_path",
+    "prefix_errors",
+    "tree_transpose",
+    "tree_transpose_map",
+    "tree_transpose_map_with_path",
+    "tree_reduce",
+    "tree_reduce_associative",
+    "tree_sum",
+    "tree_max",
+    "tree_min",
+    "tree_all",
+    "tree_any",
+    "tree_partition",
+    "tree_combine",
+    "FlattenOneLevelOutput",
+    "tree_flatten_one_level",
+    "tree_replace_nones",
+    "tree_map_with_path_",
+    "tree_map_with_accessor_",
     "treespec_accessors",
     "treespec_child",
     "treespec_children",
@@ -179,6 +230,8 @@ __all__ = [
     "PyTreeSpec",
     "Partial",
     "dataclasses",
+    "tree",
+    "tree_util",
     "register_dataclass",
     "register_pytree_node",
     "register_pytree_node_class",

@@ -1,6 +1,6 @@
 """Type stubs for oxtree's Rust extension."""
 
-import builtins
+import types as _types
 from collections.abc import Callable, Iterable
 from enum import IntEnum
 from typing import Any, Final, Self, TypeVar, final
@@ -40,6 +40,7 @@ __all__ = [
     "tree_map_with_path",
     "tree_map_with_keys",
     "_flatten_with_steps",
+    "jax",
 ]
 
 MAX_RECURSION_DEPTH: Final[int]
@@ -111,13 +112,13 @@ class PyTreeSpec:
         f_node: Callable[[Any], Any] | None = None,
         f_leaf: Callable[[Any], Any] | None = None,
     ) -> Any: ...
-    def walk(
-        self,
-        leaves: Iterable[Any],
-        /,
-        f_node: Callable[[builtins.type, Any, tuple[Any, ...]], Any] | None = None,
-        f_leaf: Callable[[Any], Any] | None = None,
-    ) -> Any: ...
+    def walk(self, a: Any, /, b: Any = None, c: Any = None) -> Any:
+        """optree's ``walk(leaves, f_node, f_leaf)``; JAX's ``walk(f_node, f_leaf, leaves)``
+        on a JAX-face treedef."""
+    @staticmethod
+    def from_node_data_and_children(
+        registry: Any, node_data: Any, children: list[PyTreeSpec]
+    ) -> PyTreeSpec: ...
     def __lt__(self, value: PyTreeSpec, /) -> bool: ...
     def __le__(self, value: PyTreeSpec, /) -> bool: ...
     def __gt__(self, value: PyTreeSpec, /) -> bool: ...
@@ -328,3 +329,6 @@ def _flatten_with_steps(
     none_is_leaf: bool = False,
     namespace: str = "",
 ) -> tuple[list[tuple[Any, ...]], list[Any], PyTreeSpec]: ...
+
+#: The JAX face's entry points (``oxtree.tree_util`` re-exports them).
+jax: _types.ModuleType

@@ -16,11 +16,12 @@ PyTreeAccessor(*['a'][1][1], (MappingEntry(key='a', type=<class 'dict'>), Sequen
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from oxtree import _core
 from oxtree._core import PyTreeKind, PyTreeSpec
+from oxtree.types import is_namedtuple_class, is_structseq_class
 
 __all__ = [
     "AutoEntry",
@@ -50,6 +51,9 @@ class PyTreeEntry:
     kind: PyTreeKind
 
     def __init__(self, entry: Any, type: type, kind: PyTreeKind) -> None:
+        kind = PyTreeKind(kind)
+        if kind in (PyTreeKind.LEAF, PyTreeKind.NONE):
+            raise ValueError(f"a {kind.name} node has no children, so no entries")
         object.__setattr__(self, "entry", entry)
         object.__setattr__(self, "type", type)
         object.__setattr__(self, "kind", kind)
@@ -83,6 +87,13 @@ class PyTreeEntry:
 
     def __hash__(self) -> int:
         return hash((type(self), self.entry, self.type, self.kind))
+
+    def __add__(self, other: object) -> PyTreeAccessor:
+        if isinstance(other, PyTreeEntry):
+            return PyTreeAccessor((self, other))
+        if isinstance(other, PyTreeAccessor):
+            return PyTreeAccessor((self, *other))
+        return NotImplemented
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.entry, self.type, self.kind))
@@ -152,21 +163,35 @@ class StructSequenceEntry(SequenceEntry):
 
     @property
     def field(self) -> str:
-        named = self.type.__match_args__  # type: ignore[attr-defined]
-        try:
-            probe = self.type(range(self.type.n_sequence_fields))  # type: ignore[attr-defined,call-arg]
-        except TypeError:  # not instantiable (sys.flags): named fields come first
-            return named[self.entry] if self.entry < len(named) else f"<unnamed@{self.entry}>"
-        for name in named:
-            if getattr(probe, name) == self.entry:
-                return name
-        return f"<unnamed@{self.entry}>"
+        """The field's name (``'unnamed field'`` for the unnamed fields, as optree says)."""
+        return _structseq_field_names(self.type)[self.entry] or "unnamed field"
 
     def __call__(self, obj: Any) -> Any:
         return obj[self.entry]
 
+    def codify(self, node: str = "") -> str:
+        field = _structseq_field_names(self.type)[self.entry]
+        return f"{node}[{self.entry!r}]" if field is None else f"{node}.{field}"
+
     def _fields(self) -> str:
-        return f"field={self.field!r}, type={self.type!r}"
+        field = _structseq_field_names(self.type)[self.entry]
+        if field is None:
+            return f"entry={self.entry!r}, type={self.type!r}"
+        return f"field={field!r}, type={self.type!r}"
+
+
+def _structseq_field_names(cls: Any) -> list[str | None]:
+    """One name (or None) per visible field of a struct sequence class."""
+    n = cls.n_sequence_fields
+    named = list(cls.__match_args__)
+    try:
+        probe = cls(range(n))
+    except TypeError:  # not instantiable (sys.flags): the named fields come first
+        return [*named, *[None] * (n - len(named))]
+    names: list[str | None] = [None] * n
+    for name in named:
+        names[getattr(probe, name)] = name
+    return names
 
 
 class GetAttrEntry(PyTreeEntry):
@@ -183,9 +208,6 @@ class GetAttrEntry(PyTreeEntry):
 
     def codify(self, node: str = "") -> str:
         return f"{node}.{self.entry}"
-
-    def _fields(self) -> str:
-        return f"name={self.entry!r}, type={self.type!r}"
 
 
 class DataclassEntry(GetAttrEntry):
@@ -204,10 +226,15 @@ class DataclassEntry(GetAttrEntry):
 class FlattenedEntry(PyTreeEntry):
     """A child of a registered node, found by flattening the node one level."""
 
-    __slots__ = ()
+    __slots__ = ("namespace",)
+    namespace: str
+
+    def __init__(self, entry: Any, type: type, kind: PyTreeKind, namespace: str = "") -> None:
+        super().__init__(entry, type, kind)
+        object.__setattr__(self, "namespace", namespace)
 
     def __call__(self, obj: Any) -> Any:
-        children, spec = _one_level(obj)
+        children, spec = _one_level(obj, self.namespace)
         entries = spec.entries()
         for i, e in enumerate(entries):
             if e == self.entry:
@@ -238,8 +265,18 @@ def _entry_class(entry: Any, typ: type, kind: PyTreeKind) -> type[PyTreeEntry]:
         return NamedTupleEntry
     if kind == PyTreeKind.STRUCTSEQUENCE:
         return StructSequenceEntry
-    if isinstance(entry, str) and dataclasses.is_dataclass(typ):
-        return DataclassEntry
+    # A registered type: judged by what it is, as optree's AutoEntry does.
+    if isinstance(typ, type):
+        if is_structseq_class(typ):
+            return StructSequenceEntry
+        if is_namedtuple_class(typ):
+            return NamedTupleEntry
+        if dataclasses.is_dataclass(typ) and isinstance(entry, str):
+            return DataclassEntry
+        if issubclass(typ, Mapping):
+            return MappingEntry
+        if issubclass(typ, Sequence):
+            return SequenceEntry
     return FlattenedEntry
 
 
@@ -279,6 +316,29 @@ class PyTreeAccessor(tuple):  # type: ignore[type-arg]
             return PyTreeAccessor((*self, *other))
         return NotImplemented
 
+    def __radd__(self, other: object) -> PyTreeAccessor:
+        if isinstance(other, PyTreeEntry):
+            return PyTreeAccessor((other, *self))
+        if isinstance(other, tuple):
+            return PyTreeAccessor((*other, *self))
+        return NotImplemented
+
+    def __mul__(self, times: Any) -> PyTreeAccessor:
+        return PyTreeAccessor(super().__mul__(times))
+
+    __rmul__ = __mul__
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PyTreeAccessor):
+            return False
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash((PyTreeAccessor, tuple(self)))
+
     def __getitem__(self, index: Any) -> Any:
         item = super().__getitem__(index)
         return PyTreeAccessor(item) if isinstance(index, slice) else item
@@ -290,7 +350,9 @@ class PyTreeAccessor(tuple):  # type: ignore[type-arg]
         return (PyTreeAccessor, (tuple(self),))
 
 
-def _from_steps(steps: list[tuple[tuple[Any, type, PyTreeKind], ...]]) -> list[PyTreeAccessor]:
+def _from_steps(
+    steps: list[tuple[tuple[Any, type, PyTreeKind], ...]], namespace: str = ""
+) -> list[PyTreeAccessor]:
     # Each node's step triples are shared by every leaf below it: make one entry per triple.
     made: dict[int, PyTreeEntry] = {}
     out = []
@@ -299,7 +361,12 @@ def _from_steps(steps: list[tuple[tuple[Any, type, PyTreeKind], ...]]) -> list[P
         for step in path:
             entry = made.get(id(step))
             if entry is None:
-                entry = made[id(step)] = AutoEntry(*step)
+                cls = _entry_class(*step)
+                if cls is FlattenedEntry:
+                    entry = FlattenedEntry(*step, namespace=namespace)
+                else:
+                    entry = cls(*step)
+                made[id(step)] = entry
             entries.append(entry)
         out.append(PyTreeAccessor(entries))
     return out
@@ -308,6 +375,16 @@ def _from_steps(steps: list[tuple[tuple[Any, type, PyTreeKind], ...]]) -> list[P
 def _one_level(obj: Any, namespace: str = "") -> tuple[list[Any], PyTreeSpec]:
     leaves, spec = _core.tree_flatten(obj, lambda x: x is not obj, namespace=namespace)
     return leaves, spec
+
+
+def _one_level_keyed(obj: Any, namespace: str = "") -> tuple[list[Any], PyTreeSpec, list[Any]]:
+    """Children, one-level spec and JAX keys of `obj`'s children."""
+    pairs, spec = _core.tree_flatten_with_keys(
+        obj, lambda p, x: len(p) == 1, is_leaf_takes_path=True, namespace=namespace
+    )
+    children = [x for _, x in pairs] if not spec.is_leaf(strict=False) else []
+    keys = [p[0] for p, _ in pairs] if children else []
+    return children, spec, keys
 
 
 def tree_flatten_with_accessor(
@@ -327,7 +404,7 @@ def tree_flatten_with_accessor(
     steps, leaves, spec = _core._flatten_with_steps(
         tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
     )
-    return _from_steps(steps), leaves, spec
+    return _from_steps(steps, spec.namespace), leaves, spec
 
 
 def tree_accessors(
@@ -384,15 +461,23 @@ def _raw_entry(step: Any) -> Any:
     return step
 
 
-def _child_position(spec: PyTreeSpec, node: Any, raw: Any) -> int | None:
+def _child_position(spec: PyTreeSpec, keys: list[Any], node: Any, step: Any) -> int | None:
+    raw = _raw_entry(step)
     entries = spec.entries()
     kind = spec.kind
-    if kind == PyTreeKind.NAMEDTUPLE and isinstance(raw, str):
-        fields = type(node)._fields
-        return fields.index(raw) if raw in fields else None
-    for i, e in enumerate(entries):
-        if type(e) is type(raw) and e == raw:
+    if kind in (PyTreeKind.NAMEDTUPLE, PyTreeKind.STRUCTSEQUENCE) and isinstance(raw, str):
+        names = (
+            list(type(node)._fields)
+            if kind == PyTreeKind.NAMEDTUPLE
+            else _structseq_field_names(type(node))
+        )
+        return names.index(raw) if raw in names else None
+    for i, (e, k) in enumerate(zip(entries, keys, strict=False)):
+        if k == step or (type(e) is type(raw) and e == raw) or _raw_entry(k) == raw:
             return i
+    # A flat index into a registered node's children.
+    if kind == PyTreeKind.CUSTOM and type(raw) is int and 0 <= raw < len(entries):
+        return raw
     return None
 
 
@@ -421,13 +506,13 @@ def tree_set(
     node = tree
     for depth, step in enumerate(steps):
         raw = _raw_entry(step)
-        children, spec = _one_level(node, namespace)
+        children, spec, keys = _one_level_keyed(node, namespace)
         if spec.is_leaf(strict=False):
             raise KeyError(
                 f"tree_set: no subtree at {_render(steps[: depth + 1])}: "
                 f"{type(node).__name__} has no children"
             )
-        pos = _child_position(spec, node, raw)
+        pos = _child_position(spec.one_level() or spec, keys, node, step)
         if pos is None:
             err = IndexError if isinstance(raw, int) and spec.kind in _SEQUENCES else KeyError
             raise err(f"tree_set: no subtree at {_render(steps[: depth + 1])}")
@@ -437,7 +522,7 @@ def tree_set(
     for spec, children, pos in reversed(stack):
         children = list(children)
         children[pos] = out
-        out = spec.unflatten(children)
+        out = spec.one_level().unflatten(children)  # type: ignore[union-attr]
     return out
 
 

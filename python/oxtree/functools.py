@@ -14,18 +14,18 @@ from oxtree._core import register_pytree_node
 __all__ = ["Partial", "partial"]
 
 
-class partial(functools.partial):
+class Partial(functools.partial):
     """A :func:`functools.partial` whose arguments are pytree children.
 
     >>> import oxtree
-    >>> p = partial(lambda x, y, *, z: x + y + z, 1, z=3)
+    >>> p = Partial(lambda x, y, *, z: x + y + z, 1, z=3)
     >>> oxtree.tree_leaves(p)
     [1, 3]
     >>> oxtree.tree_map(lambda v: v * 10, p)(2)
     42
     """
 
-    def __new__(cls, func: Any, /, *args: Any, **keywords: Any) -> partial:
+    def __new__(cls, func: Any, /, *args: Any, **keywords: Any) -> Partial:
         # An inner partial (plain or ours) is kept whole as the static function, behind a shim
         # that compares and hashes as the inner partial does, so two Partials around the same
         # inner partial have equal treedefs (and share a jit cache entry).
@@ -58,16 +58,17 @@ class _StaticCallable:
         return repr(self.wrapped)
 
 
-Partial = partial
+#: optree's name for it.
+partial = Partial
 
 
-def _flatten(p: partial) -> tuple[tuple[Any, Any], Any]:
+def _flatten(p: Partial) -> tuple[tuple[Any, Any], Any]:
     return (p.args, p.keywords), p.func
 
 
-def _unflatten(func: Any, children: tuple[Any, Any]) -> partial:
+def _unflatten(func: Any, children: tuple[Any, Any]) -> Partial:
     args, keywords = children
-    return partial(func, *args, **keywords)
+    return Partial(func, *args, **keywords)
 
 
-register_pytree_node(partial, _flatten, _unflatten)
+register_pytree_node(Partial, _flatten, _unflatten)

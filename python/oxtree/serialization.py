@@ -88,7 +88,9 @@ def treespec_to_json(treespec: PyTreeSpec, /) -> dict[str, Any]:
     if not isinstance(treespec, PyTreeSpec):
         raise TypeError(f"treespec_to_json expects a PyTreeSpec, got {treespec!r}")
     _, (state,) = treespec.__reduce__()
-    _version, none_is_leaf, namespace, nodes = state
+    _version, none_is_leaf, namespace, nodes, face = state
+    if face != "optree":
+        raise ValueError("treespec_to_json: only treespecs of the main face have a JSON form")
     out = []
     for kind_no, arity, data, keys, insertion, custom_type, _entries in nodes:
         kind = PyTreeKind(kind_no)

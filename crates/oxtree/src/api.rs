@@ -7,7 +7,7 @@ use crate::errors::{type_name, TreeError};
 use crate::registry;
 use crate::treespec::flatten::{self, Class, Options};
 use crate::treespec::keys::{self, KeyStyle};
-use crate::treespec::PyTreeSpec;
+use crate::treespec::{Face, PyTreeSpec};
 
 /// A list that takes over the references in `items`.
 pub fn list_from_vec<'py>(py: Python<'py>, items: Vec<Bound<'py, PyAny>>) -> Bound<'py, PyList> {
@@ -33,6 +33,247 @@ fn namespace_of(flat_namespaced: bool, namespace: &str) -> String {
     }
 }
 
+/// The treespec a walk produced, with the options it was made under.
+pub fn spec_of(
+    flat_nodes: Vec<crate::treespec::Node>,
+    namespaced: bool,
+    opts: &Options<'_, '_>,
+) -> PyTreeSpec {
+    PyTreeSpec::new(
+        flat_nodes,
+        opts.none_is_leaf,
+        namespace_of(namespaced, opts.namespace),
+    )
+    .with_face(opts.face)
+}
+
+/// `(leaves, treespec)` under `opts`.
+pub fn flatten_impl<'py>(
+    tree: &Bound<'py, PyAny>,
+    opts: &Options<'_, 'py>,
+) -> PyResult<(Bound<'py, PyList>, PyTreeSpec)> {
+    check_is_leaf(opts.is_leaf)?;
+    let reg = registry::snapshot();
+    let flat = flatten::flatten_opts::<true, true>(tree, opts, &reg)?;
+    let spec = spec_of(flat.nodes, flat.namespaced, opts);
+    Ok((list_from_vec(tree.py(), flat.leaves), spec))
+}
+
+/// The leaves under `opts`.
+pub fn leaves_impl<'py>(
+    tree: &Bound<'py, PyAny>,
+    opts: &Options<'_, 'py>,
+) -> PyResult<Bound<'py, PyList>> {
+    check_is_leaf(opts.is_leaf)?;
+    let reg = registry::snapshot();
+    let flat = flatten::flatten_opts::<false, true>(tree, opts, &reg)?;
+    Ok(list_from_vec(tree.py(), flat.leaves))
+}
+
+/// The treespec under `opts`.
+pub fn structure_impl<'py>(
+    tree: &Bound<'py, PyAny>,
+    opts: &Options<'_, 'py>,
+) -> PyResult<PyTreeSpec> {
+    check_is_leaf(opts.is_leaf)?;
+    let reg = registry::snapshot();
+    let flat = flatten::flatten_opts::<true, false>(tree, opts, &reg)?;
+    Ok(spec_of(flat.nodes, flat.namespaced, opts))
+}
+
+/// `tree_unflatten(treespec, leaves)` with a clear error for a non-treespec.
+pub fn unflatten_impl<'py>(
+    treespec: &Bound<'py, PyAny>,
+    leaves: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let spec = treespec.cast::<PyTreeSpec>().map_err(|_| {
+        TreeError::Type(format!(
+            "tree_unflatten expects a treespec as its first argument, got {}",
+            type_name(treespec)
+        ))
+    })?;
+    crate::treespec::unflatten_iterable(spec.get(), leaves)
+}
+
+/// `tree_map` under `opts`; with `keep_results == false` (`tree_map_`) nothing is rebuilt.
+pub fn map_impl<'py>(
+    func: &Bound<'py, PyAny>,
+    tree: &Bound<'py, PyAny>,
+    rests: &Bound<'py, PyTuple>,
+    opts: &Options<'_, 'py>,
+    keep_results: bool,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let py = tree.py();
+    if !func.is_callable() {
+        return Err(
+            TreeError::Type(format!("func must be callable, got {}", type_name(func))).into(),
+        );
+    }
+    check_is_leaf(opts.is_leaf)?;
+    let reg = registry::snapshot();
+    let flat = flatten::flatten_opts::<true, true>(tree, opts, &reg)?;
+    let spec = spec_of(flat.nodes, flat.namespaced, opts);
+    let mut results = Vec::with_capacity(if keep_results { flat.leaves.len() } else { 0 });
+    if rests.is_empty() {
+        for leaf in &flat.leaves {
+            let r = func.call1((leaf,))?;
+            if keep_results {
+                results.push(r);
+            }
+        }
+    } else {
+        let others = flatten_rests(&spec, rests, &reg)?;
+        for (i, leaf) in flat.leaves.iter().enumerate() {
+            let r = if let [other] = others.as_slice() {
+                func.call1((leaf, &other[i]))?
+            } else {
+                let mut args = Vec::with_capacity(others.len() + 1);
+                args.push(leaf.clone());
+                args.extend(others.iter().map(|o| o[i].clone()));
+                func.call1(crate::treespec::tuple_from_vec(py, args))?
+            };
+            if keep_results {
+                results.push(r);
+            }
+        }
+    }
+    if keep_results {
+        Ok(Some(crate::treespec::build(py, &spec, results)?))
+    } else {
+        Ok(None)
+    }
+}
+
+/// Each of `rests` flattened up to `spec`, errors naming which one differs.
+fn flatten_rests<'py>(
+    spec: &PyTreeSpec,
+    rests: &Bound<'py, PyTuple>,
+    reg: &registry::Registry,
+) -> PyResult<Vec<Vec<Bound<'py, PyAny>>>> {
+    let mut others = Vec::with_capacity(rests.len());
+    for (i, rest) in rests.iter().enumerate() {
+        let which = format!("rests[{i}]");
+        others.push(crate::treespec::flatten_up_to(
+            spec,
+            &rest,
+            reg,
+            Some(&which),
+        )?);
+    }
+    Ok(others)
+}
+
+/// Whether `tree` is a single leaf under these options.
+pub fn is_leaf_impl(
+    tree: &Bound<'_, PyAny>,
+    is_leaf: Option<&Bound<'_, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+    face: Face,
+) -> PyResult<bool> {
+    check_is_leaf(is_leaf)?;
+    if let Some(f) = is_leaf {
+        if f.call1((tree,))?.is_truthy()? {
+            return Ok(true);
+        }
+    }
+    let reg = registry::snapshot();
+    Ok(matches!(
+        flatten::classify(tree, none_is_leaf, &reg, namespace, face),
+        Class::Leaf
+    ))
+}
+
+/// Whether every item of `iterable` is a leaf.
+pub fn all_leaves_impl(
+    iterable: &Bound<'_, PyAny>,
+    is_leaf: Option<&Bound<'_, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+    face: Face,
+) -> PyResult<bool> {
+    check_is_leaf(is_leaf)?;
+    for item in iterable.try_iter()? {
+        if !is_leaf_impl(&item?, is_leaf, none_is_leaf, namespace, face)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Each leaf's path, the leaves, and the treespec.
+type WithPaths<'py> = (Vec<Bound<'py, PyTuple>>, Vec<Bound<'py, PyAny>>, PyTreeSpec);
+
+/// Flattens with key paths in the given style: (paths, leaves, treespec).
+pub fn paths_impl<'py>(
+    tree: &Bound<'py, PyAny>,
+    opts: &Options<'_, 'py>,
+    style: KeyStyle,
+) -> PyResult<WithPaths<'py>> {
+    check_is_leaf(opts.is_leaf)?;
+    let reg = registry::snapshot();
+    let opts = Options {
+        with_keys: style == KeyStyle::Keys,
+        ..*opts
+    };
+    let flat = flatten::flatten_opts::<true, true>(tree, &opts, &reg)?;
+    let spec = spec_of(flat.nodes, flat.namespaced, &opts);
+    let paths = keys::leaf_paths(&spec, tree.py(), style)?;
+    Ok((paths, flat.leaves, spec))
+}
+
+fn tuples_to_list<'py>(py: Python<'py>, items: Vec<Bound<'py, PyTuple>>) -> Bound<'py, PyList> {
+    list_from_vec(py, items.into_iter().map(Bound::into_any).collect())
+}
+
+/// JAX-style `([(key_path, leaf), ...], treespec)` under `opts`.
+pub fn keyed_pairs_impl<'py>(
+    tree: &Bound<'py, PyAny>,
+    opts: &Options<'_, 'py>,
+) -> PyResult<(Bound<'py, PyList>, PyTreeSpec)> {
+    let py = tree.py();
+    let (paths, leaves, spec) = paths_impl(tree, opts, KeyStyle::Keys)?;
+    let pairs: Vec<Bound<'py, PyAny>> = paths
+        .into_iter()
+        .zip(leaves)
+        .map(|(p, l)| crate::treespec::tuple_from_vec(py, vec![p.into_any(), l]).into_any())
+        .collect();
+    Ok((list_from_vec(py, pairs), spec))
+}
+
+/// Maps `func(path, leaf, *others)` over a tree, with paths in the given style.
+pub fn map_with_paths_impl<'py>(
+    func: &Bound<'py, PyAny>,
+    tree: &Bound<'py, PyAny>,
+    rests: &Bound<'py, PyTuple>,
+    opts: &Options<'_, 'py>,
+    style: KeyStyle,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = tree.py();
+    if !func.is_callable() {
+        return Err(
+            TreeError::Type(format!("func must be callable, got {}", type_name(func))).into(),
+        );
+    }
+    let (paths, leaves, spec) = paths_impl(tree, opts, style)?;
+    let reg = registry::snapshot();
+    let others = flatten_rests(&spec, rests, &reg)?;
+    let mut results = Vec::with_capacity(leaves.len());
+    for (i, (path, leaf)) in paths.into_iter().zip(leaves).enumerate() {
+        let r = if others.is_empty() {
+            func.call1((path, leaf))?
+        } else {
+            let mut args = Vec::with_capacity(others.len() + 2);
+            args.push(path.into_any());
+            args.push(leaf);
+            args.extend(others.iter().map(|o| o[i].clone()));
+            func.call1(crate::treespec::tuple_from_vec(py, args))?
+        };
+        results.push(r);
+    }
+    crate::treespec::build(py, &spec, results)
+}
+
 /// Flattens a tree into its leaves (dicts in sorted key order) and its structure.
 ///
 /// >>> leaves, spec = tree_flatten([1, {'b': 2, 'a': (3, None)}])
@@ -43,21 +284,12 @@ fn namespace_of(flat_namespaced: bool, namespace: &str) -> String {
 #[pyfunction]
 #[pyo3(signature = (tree, /, is_leaf = None, *, none_is_leaf = false, namespace = ""))]
 pub fn tree_flatten<'py>(
-    py: Python<'py>,
     tree: &Bound<'py, PyAny>,
     is_leaf: Option<&Bound<'py, PyAny>>,
     none_is_leaf: bool,
     namespace: &str,
 ) -> PyResult<(Bound<'py, PyList>, PyTreeSpec)> {
-    check_is_leaf(is_leaf)?;
-    let reg = registry::snapshot();
-    let flat = flatten::flatten::<true, true>(tree, is_leaf, none_is_leaf, namespace, &reg)?;
-    let spec = PyTreeSpec::new(
-        flat.nodes,
-        none_is_leaf,
-        namespace_of(flat.namespaced, namespace),
-    );
-    Ok((list_from_vec(py, flat.leaves), spec))
+    flatten_impl(tree, &Options::new(is_leaf, none_is_leaf, namespace))
 }
 
 /// The leaves of a tree, left to right (dicts in sorted key order).
@@ -67,16 +299,12 @@ pub fn tree_flatten<'py>(
 #[pyfunction]
 #[pyo3(signature = (tree, /, is_leaf = None, *, none_is_leaf = false, namespace = ""))]
 pub fn tree_leaves<'py>(
-    py: Python<'py>,
     tree: &Bound<'py, PyAny>,
     is_leaf: Option<&Bound<'py, PyAny>>,
     none_is_leaf: bool,
     namespace: &str,
 ) -> PyResult<Bound<'py, PyList>> {
-    check_is_leaf(is_leaf)?;
-    let reg = registry::snapshot();
-    let flat = flatten::flatten::<false, true>(tree, is_leaf, none_is_leaf, namespace, &reg)?;
-    Ok(list_from_vec(py, flat.leaves))
+    leaves_impl(tree, &Options::new(is_leaf, none_is_leaf, namespace))
 }
 
 /// The structure of a tree, without its leaves.
@@ -91,14 +319,7 @@ pub fn tree_structure<'py>(
     none_is_leaf: bool,
     namespace: &str,
 ) -> PyResult<PyTreeSpec> {
-    check_is_leaf(is_leaf)?;
-    let reg = registry::snapshot();
-    let flat = flatten::flatten::<true, false>(tree, is_leaf, none_is_leaf, namespace, &reg)?;
-    Ok(PyTreeSpec::new(
-        flat.nodes,
-        none_is_leaf,
-        namespace_of(flat.namespaced, namespace),
-    ))
+    structure_impl(tree, &Options::new(is_leaf, none_is_leaf, namespace))
 }
 
 /// Rebuilds a tree from a treespec and an iterable of leaves.
@@ -112,72 +333,7 @@ pub fn tree_unflatten<'py>(
     treespec: &Bound<'py, PyAny>,
     leaves: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let spec = treespec.cast::<PyTreeSpec>().map_err(|_| {
-        TreeError::Type(format!(
-            "tree_unflatten expects a PyTreeSpec as its first argument, got {}",
-            type_name(treespec)
-        ))
-    })?;
-    crate::treespec::unflatten_iterable(spec.get(), leaves)
-}
-
-/// Flattens the first tree, the others up to its structure, and calls `func` leaf by leaf.
-fn map_leaves<'py>(
-    func: &Bound<'py, PyAny>,
-    tree: &Bound<'py, PyAny>,
-    rests: &Bound<'py, PyTuple>,
-    is_leaf: Option<&Bound<'py, PyAny>>,
-    none_is_leaf: bool,
-    namespace: &str,
-    keep_results: bool,
-) -> PyResult<(Vec<Bound<'py, PyAny>>, PyTreeSpec)> {
-    if !func.is_callable() {
-        return Err(
-            TreeError::Type(format!("func must be callable, got {}", type_name(func))).into(),
-        );
-    }
-    check_is_leaf(is_leaf)?;
-    let reg = registry::snapshot();
-    let flat = flatten::flatten::<true, true>(tree, is_leaf, none_is_leaf, namespace, &reg)?;
-    let spec = PyTreeSpec::new(
-        flat.nodes,
-        none_is_leaf,
-        namespace_of(flat.namespaced, namespace),
-    );
-    let mut results = Vec::with_capacity(if keep_results { flat.leaves.len() } else { 0 });
-    if rests.is_empty() {
-        for leaf in &flat.leaves {
-            let r = func.call1((leaf,))?;
-            if keep_results {
-                results.push(r);
-            }
-        }
-    } else {
-        let mut others = Vec::with_capacity(rests.len());
-        for (i, rest) in rests.iter().enumerate() {
-            let which = format!("rests[{i}]");
-            others.push(crate::treespec::flatten_up_to(
-                &spec,
-                &rest,
-                &reg,
-                Some(&which),
-            )?);
-        }
-        for (i, leaf) in flat.leaves.iter().enumerate() {
-            let r = if let [other] = others.as_slice() {
-                func.call1((leaf, &other[i]))?
-            } else {
-                let mut args = Vec::with_capacity(others.len() + 1);
-                args.push(leaf.clone());
-                args.extend(others.iter().map(|o| o[i].clone()));
-                func.call1(crate::treespec::tuple_from_vec(func.py(), args))?
-            };
-            if keep_results {
-                results.push(r);
-            }
-        }
-    }
-    Ok((results, spec))
+    unflatten_impl(treespec, leaves)
 }
 
 /// Maps `func` over the leaves of `tree` (and the matching subtrees of `rests`).
@@ -187,7 +343,6 @@ fn map_leaves<'py>(
 #[pyfunction]
 #[pyo3(signature = (func, tree, /, *rests, is_leaf = None, none_is_leaf = false, namespace = ""))]
 pub fn tree_map<'py>(
-    py: Python<'py>,
     func: &Bound<'py, PyAny>,
     tree: &Bound<'py, PyAny>,
     rests: &Bound<'py, PyTuple>,
@@ -195,8 +350,8 @@ pub fn tree_map<'py>(
     none_is_leaf: bool,
     namespace: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let (results, spec) = map_leaves(func, tree, rests, is_leaf, none_is_leaf, namespace, true)?;
-    crate::treespec::build(py, &spec, results)
+    let opts = Options::new(is_leaf, none_is_leaf, namespace);
+    Ok(map_impl(func, tree, rests, &opts, true)?.expect("results were kept"))
 }
 
 /// Calls `func` on the leaves of `tree` (and `rests`) for its side effects; returns `tree`.
@@ -216,7 +371,13 @@ pub fn tree_map_<'py>(
     none_is_leaf: bool,
     namespace: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
-    map_leaves(func, tree, rests, is_leaf, none_is_leaf, namespace, false)?;
+    map_impl(
+        func,
+        tree,
+        rests,
+        &Options::new(is_leaf, none_is_leaf, namespace),
+        false,
+    )?;
     Ok(tree.clone())
 }
 
@@ -232,17 +393,7 @@ pub fn tree_is_leaf(
     none_is_leaf: bool,
     namespace: &str,
 ) -> PyResult<bool> {
-    check_is_leaf(is_leaf)?;
-    if let Some(f) = is_leaf {
-        if f.call1((tree,))?.is_truthy()? {
-            return Ok(true);
-        }
-    }
-    let reg = registry::snapshot();
-    Ok(matches!(
-        flatten::classify(tree, none_is_leaf, &reg, namespace),
-        Class::Leaf
-    ))
+    is_leaf_impl(tree, is_leaf, none_is_leaf, namespace, Face::Optree)
 }
 
 /// Whether every item of `iterable` is a leaf.
@@ -259,48 +410,19 @@ pub fn all_leaves(
     none_is_leaf: bool,
     namespace: &str,
 ) -> PyResult<bool> {
-    check_is_leaf(is_leaf)?;
-    for item in iterable.try_iter()? {
-        if !tree_is_leaf(&item?, is_leaf, none_is_leaf, namespace)? {
-            return Ok(false);
-        }
-    }
-    Ok(true)
+    all_leaves_impl(iterable, is_leaf, none_is_leaf, namespace, Face::Optree)
 }
 
-/// Each leaf's path, the leaves, and the treespec.
-type WithPaths<'py> = (Vec<Bound<'py, PyTuple>>, Vec<Bound<'py, PyAny>>, PyTreeSpec);
-
-/// Flattens with key paths in the given style: (paths, leaves, treespec).
-fn flatten_with_paths<'py>(
-    tree: &Bound<'py, PyAny>,
-    is_leaf: Option<&Bound<'py, PyAny>>,
+fn path_opts<'a, 'py>(
+    is_leaf: Option<&'a Bound<'py, PyAny>>,
     is_leaf_takes_path: bool,
     none_is_leaf: bool,
-    namespace: &str,
-    style: KeyStyle,
-) -> PyResult<WithPaths<'py>> {
-    check_is_leaf(is_leaf)?;
-    let reg = registry::snapshot();
-    let opts = Options {
-        is_leaf,
+    namespace: &'a str,
+) -> Options<'a, 'py> {
+    Options {
         is_leaf_takes_path,
-        none_is_leaf,
-        namespace,
-        with_keys: style == KeyStyle::Keys,
-    };
-    let flat = flatten::flatten_opts::<true, true>(tree, &opts, &reg)?;
-    let spec = PyTreeSpec::new(
-        flat.nodes,
-        none_is_leaf,
-        namespace_of(flat.namespaced, namespace),
-    );
-    let paths = keys::leaf_paths(&spec, tree.py(), style)?;
-    Ok((paths, flat.leaves, spec))
-}
-
-fn tuples_to_list<'py>(py: Python<'py>, items: Vec<Bound<'py, PyTuple>>) -> Bound<'py, PyList> {
-    list_from_vec(py, items.into_iter().map(Bound::into_any).collect())
+        ..Options::new(is_leaf, none_is_leaf, namespace)
+    }
 }
 
 /// Flattens a tree with the path (optree's raw entries) of every leaf: (paths, leaves, spec).
@@ -317,14 +439,8 @@ pub fn tree_flatten_with_path<'py>(
     namespace: &str,
     is_leaf_takes_path: bool,
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>, PyTreeSpec)> {
-    let (paths, leaves, spec) = flatten_with_paths(
-        tree,
-        is_leaf,
-        is_leaf_takes_path,
-        none_is_leaf,
-        namespace,
-        KeyStyle::Raw,
-    )?;
+    let opts = path_opts(is_leaf, is_leaf_takes_path, none_is_leaf, namespace);
+    let (paths, leaves, spec) = paths_impl(tree, &opts, KeyStyle::Raw)?;
     Ok((tuples_to_list(py, paths), list_from_vec(py, leaves), spec))
 }
 
@@ -342,15 +458,11 @@ pub fn tree_paths<'py>(
     namespace: &str,
     is_leaf_takes_path: bool,
 ) -> PyResult<Bound<'py, PyList>> {
-    let (paths, _, _) = flatten_with_paths(
-        tree,
-        is_leaf,
-        is_leaf_takes_path,
-        none_is_leaf,
-        namespace,
-        KeyStyle::Raw,
-    )?;
-    Ok(tuples_to_list(py, paths))
+    let opts = path_opts(is_leaf, is_leaf_takes_path, none_is_leaf, namespace);
+    Ok(tuples_to_list(
+        py,
+        paths_impl(tree, &opts, KeyStyle::Raw)?.0,
+    ))
 }
 
 /// JAX's flatten with key paths: (`[(key_path, leaf), ...]`, treespec), keys being
@@ -363,27 +475,16 @@ pub fn tree_paths<'py>(
 #[pyfunction]
 #[pyo3(signature = (tree, /, is_leaf = None, *, is_leaf_takes_path = false, none_is_leaf = false, namespace = ""))]
 pub fn tree_flatten_with_keys<'py>(
-    py: Python<'py>,
     tree: &Bound<'py, PyAny>,
     is_leaf: Option<&Bound<'py, PyAny>>,
     is_leaf_takes_path: bool,
     none_is_leaf: bool,
     namespace: &str,
 ) -> PyResult<(Bound<'py, PyList>, PyTreeSpec)> {
-    let (paths, leaves, spec) = flatten_with_paths(
+    keyed_pairs_impl(
         tree,
-        is_leaf,
-        is_leaf_takes_path,
-        none_is_leaf,
-        namespace,
-        KeyStyle::Keys,
-    )?;
-    let pairs: Vec<Bound<'py, PyAny>> = paths
-        .into_iter()
-        .zip(leaves)
-        .map(|(p, l)| crate::treespec::tuple_from_vec(py, vec![p.into_any(), l]).into_any())
-        .collect();
-    Ok((list_from_vec(py, pairs), spec))
+        &path_opts(is_leaf, is_leaf_takes_path, none_is_leaf, namespace),
+    )
 }
 
 /// The key path (JAX's key objects) and leaf of every leaf, as pairs.
@@ -393,75 +494,17 @@ pub fn tree_flatten_with_keys<'py>(
 #[pyfunction]
 #[pyo3(signature = (tree, /, is_leaf = None, *, is_leaf_takes_path = false, none_is_leaf = false, namespace = ""))]
 pub fn tree_leaves_with_path<'py>(
-    py: Python<'py>,
     tree: &Bound<'py, PyAny>,
     is_leaf: Option<&Bound<'py, PyAny>>,
     is_leaf_takes_path: bool,
     none_is_leaf: bool,
     namespace: &str,
 ) -> PyResult<Bound<'py, PyList>> {
-    Ok(tree_flatten_with_keys(
-        py,
+    Ok(keyed_pairs_impl(
         tree,
-        is_leaf,
-        is_leaf_takes_path,
-        none_is_leaf,
-        namespace,
+        &path_opts(is_leaf, is_leaf_takes_path, none_is_leaf, namespace),
     )?
     .0)
-}
-
-/// Maps `func(path, leaf, *others)` over a tree, with paths in the given style.
-#[allow(clippy::too_many_arguments)]
-fn map_with_paths<'py>(
-    func: &Bound<'py, PyAny>,
-    tree: &Bound<'py, PyAny>,
-    rests: &Bound<'py, PyTuple>,
-    is_leaf: Option<&Bound<'py, PyAny>>,
-    is_leaf_takes_path: bool,
-    none_is_leaf: bool,
-    namespace: &str,
-    style: KeyStyle,
-) -> PyResult<Bound<'py, PyAny>> {
-    let py = tree.py();
-    if !func.is_callable() {
-        return Err(
-            TreeError::Type(format!("func must be callable, got {}", type_name(func))).into(),
-        );
-    }
-    let (paths, leaves, spec) = flatten_with_paths(
-        tree,
-        is_leaf,
-        is_leaf_takes_path,
-        none_is_leaf,
-        namespace,
-        style,
-    )?;
-    let reg = registry::snapshot();
-    let mut others = Vec::with_capacity(rests.len());
-    for (i, rest) in rests.iter().enumerate() {
-        let which = format!("rests[{i}]");
-        others.push(crate::treespec::flatten_up_to(
-            &spec,
-            &rest,
-            &reg,
-            Some(&which),
-        )?);
-    }
-    let mut results = Vec::with_capacity(leaves.len());
-    for (i, (path, leaf)) in paths.into_iter().zip(leaves).enumerate() {
-        let r = if others.is_empty() {
-            func.call1((path, leaf))?
-        } else {
-            let mut args = Vec::with_capacity(others.len() + 2);
-            args.push(path.into_any());
-            args.push(leaf);
-            args.extend(others.iter().map(|o| o[i].clone()));
-            func.call1(crate::treespec::tuple_from_vec(py, args))?
-        };
-        results.push(r);
-    }
-    crate::treespec::build(py, &spec, results)
 }
 
 /// Maps `func(path, x, *xs)` over the leaves, paths being optree's raw entries.
@@ -479,16 +522,8 @@ pub fn tree_map_with_path<'py>(
     namespace: &str,
     is_leaf_takes_path: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    map_with_paths(
-        func,
-        tree,
-        rests,
-        is_leaf,
-        is_leaf_takes_path,
-        none_is_leaf,
-        namespace,
-        KeyStyle::Raw,
-    )
+    let opts = path_opts(is_leaf, is_leaf_takes_path, none_is_leaf, namespace);
+    map_with_paths_impl(func, tree, rests, &opts, KeyStyle::Raw)
 }
 
 /// Maps `func(key_path, x, *xs)` over the leaves, paths being JAX's key objects.
@@ -506,16 +541,8 @@ pub fn tree_map_with_keys<'py>(
     none_is_leaf: bool,
     namespace: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
-    map_with_paths(
-        func,
-        tree,
-        rests,
-        is_leaf,
-        is_leaf_takes_path,
-        none_is_leaf,
-        namespace,
-        KeyStyle::Keys,
-    )
+    let opts = path_opts(is_leaf, is_leaf_takes_path, none_is_leaf, namespace);
+    map_with_paths_impl(func, tree, rests, &opts, KeyStyle::Keys)
 }
 
 /// `(accessor steps, leaves, treespec)`: each leaf's path as `(entry, node type, kind)`
@@ -529,12 +556,9 @@ pub fn _flatten_with_steps<'py>(
     none_is_leaf: bool,
     namespace: &str,
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>, PyTreeSpec)> {
-    let (paths, leaves, spec) = flatten_with_paths(
+    let (paths, leaves, spec) = paths_impl(
         tree,
-        is_leaf,
-        false,
-        none_is_leaf,
-        namespace,
+        &Options::new(is_leaf, none_is_leaf, namespace),
         KeyStyle::Steps,
     )?;
     Ok((tuples_to_list(py, paths), list_from_vec(py, leaves), spec))

@@ -4,6 +4,7 @@
 
 mod api;
 mod errors;
+mod jax_api;
 mod kind;
 mod paths;
 mod registry;
@@ -23,5 +24,6 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PyTreeKind", kind::py_tree_kind(m.py())?)?;
     api::register(m)?;
     paths::register(m)?;
+    jax_api::register(m)?;
     Ok(())
 }

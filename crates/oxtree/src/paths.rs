@@ -10,6 +10,8 @@ pub enum PathEntry<'py> {
     Key(Bound<'py, PyAny>),
     /// A named field (namedtuple, struct sequence, dataclass).
     Attr(String),
+    /// Already rendered (a registered key's str, `[<flat index 0>]`).
+    Text(String),
 }
 
 impl PathEntry<'_> {
@@ -32,6 +34,7 @@ impl PathEntry<'_> {
                 out.push('.');
                 out.push_str(name);
             }
+            PathEntry::Text(text) => out.push_str(text),
         }
     }
 }

@@ -65,6 +65,7 @@ pub fn equal(a: &PyTreeSpec, b: &PyTreeSpec, py: Python<'_>) -> PyResult<bool> {
         return Ok(true);
     }
     if a.none_is_leaf != b.none_is_leaf
+        || a.face != b.face
         || a.nodes.len() != b.nodes.len()
         || a.namespace != b.namespace
     {
@@ -94,6 +95,7 @@ fn mix(h: u64, v: u64) -> u64 {
 /// compared by identity by address.
 pub fn hash(spec: &PyTreeSpec, py: Python<'_>) -> PyResult<isize> {
     let mut h = mix(spec.nodes.len() as u64, u64::from(spec.none_is_leaf));
+    h = mix(h, spec.face as u64);
     for b in spec.namespace.bytes() {
         h = mix(h, u64::from(b));
     }

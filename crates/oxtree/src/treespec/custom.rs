@@ -115,7 +115,7 @@ fn split_flatten_result<'py>(
             .map_err(|_| bad("its children are not iterable"))?;
         Children::Vec(iter.collect::<PyResult<Vec<_>>>()?)
     };
-    let entries = if parts.len() == 3 {
+    let entries = if parts.len() == 3 && !parts.get_item(2)?.is_none() {
         let entries = parts.get_item(2)?;
         let entries = match entries.cast_into::<PyTuple>() {
             Ok(t) => t,

@@ -14,7 +14,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use super::Node;
+use super::{Face, Node};
 use crate::errors::{short_repr, TreeError};
 use crate::kind::Kind;
 use crate::paths;
@@ -128,6 +128,7 @@ pub fn classify_other<'a>(
     obj: &Bound<'_, PyAny>,
     registry: &'a Registry,
     namespace: &str,
+    face: Face,
 ) -> Class<'a> {
     let ty = obj.get_type_ptr();
     if !registry.is_empty() {
@@ -139,7 +140,8 @@ pub fn classify_other<'a>(
     let flags = unsafe { (*ty).tp_flags };
     if flags & ffi::Py_TPFLAGS_TUPLE_SUBCLASS != 0 {
         let kind = types::tuple_subclass_kind(&obj.get_type());
-        return if kind == Kind::Leaf {
+        // JAX treats struct sequences as leaves.
+        return if kind == Kind::Leaf || (kind == Kind::StructSeq && face == Face::Jax) {
             Class::Leaf
         } else {
             Class::Node(kind)
@@ -156,7 +158,7 @@ pub fn classify_other<'a>(
         }
         return Class::Leaf;
     }
-    if ty == c.deque.as_ptr().cast() {
+    if ty == c.deque.as_ptr().cast() && face == Face::Optree {
         return Class::Node(Kind::Deque);
     }
     Class::Leaf
@@ -168,6 +170,7 @@ pub fn classify<'a>(
     none_is_leaf: bool,
     registry: &'a Registry,
     namespace: &str,
+    face: Face,
 ) -> Class<'a> {
     if obj.is_exact_instance_of::<PyTuple>() {
         Class::Node(Kind::Tuple)
@@ -182,7 +185,7 @@ pub fn classify<'a>(
             Class::NoneNode
         }
     } else {
-        classify_other(obj, registry, namespace)
+        classify_other(obj, registry, namespace, face)
     }
 }
 
@@ -198,6 +201,7 @@ pub struct Flattener<'a, 'py, P, const NONE_LEAF: bool, const NODES: bool, const
     next_cycle_check: usize,
     /// Ask custom nodes for their keys (JAX's `flatten_with_keys`) while walking.
     with_keys: bool,
+    face: Face,
 }
 
 impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAVES: bool>
@@ -215,6 +219,7 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
             namespaced: false,
             next_cycle_check: FIRST_CYCLE_CHECK,
             with_keys: false,
+            face: Face::Optree,
         }
     }
 
@@ -323,7 +328,7 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
     }
 
     fn visit_other(&mut self, obj: Bound<'py, PyAny>, stack: &mut Vec<Frame<'py>>) -> PyResult<()> {
-        let frame = match classify_other(&obj, self.registry, self.namespace) {
+        let frame = match classify_other(&obj, self.registry, self.namespace, self.face) {
             Class::Leaf => {
                 self.leaf(obj);
                 return Ok(());
@@ -375,7 +380,7 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
             if keys.len() <= 1 {
                 (keys, None)
             } else {
-                let sorted = sort_keys(&keys)?;
+                let sorted = sort_keys(&keys, self.face == Face::Jax)?;
                 let insertion = insertion_positions(&sorted, &keys);
                 (sorted, insertion)
             }
@@ -409,7 +414,29 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
         reg: Arc<Registration>,
     ) -> PyResult<Frame<'py>> {
         let py = self.py;
-        let (children, aux, entries) = super::custom::flatten(py, &reg, &obj, self.with_keys)?;
+        let (children, aux, mut entries) = super::custom::flatten(py, &reg, &obj, self.with_keys)?;
+        if self.with_keys {
+            if let (
+                Some(e),
+                crate::registry::Rule::Custom {
+                    flatten_with_keys: None,
+                    ..
+                },
+            ) = (&entries, &reg.rule)
+            {
+                // optree-style entries, wanted as JAX keys: each becomes a FlattenedIndexKey.
+                let keys = e
+                    .iter()
+                    .map(|k| {
+                        Ok(
+                            Bound::new(py, crate::paths::FlattenedIndexKey { key: k.unbind() })?
+                                .into_any(),
+                        )
+                    })
+                    .collect::<PyResult<Vec<_>>>()?;
+                entries = Some(PyTuple::new(py, keys)?);
+            }
+        }
         // Aux data goes into the treedef, which is hashed and compared: refuse it here, with
         // the type named, rather than later in a jit cache lookup.
         let known_hashable =
@@ -609,11 +636,19 @@ fn insertion_positions(
 /// The keys in sorted order, as a new list. Keys that cannot be compared with each other
 /// (a TypeError) are ordered by their type's qualified name, then by value; if even that
 /// fails, they keep insertion order. Any other exception from a comparison propagates.
-pub fn sort_keys<'py>(keys: &Bound<'py, PyList>) -> PyResult<Bound<'py, PyList>> {
+pub fn sort_keys<'py>(keys: &Bound<'py, PyList>, strict: bool) -> PyResult<Bound<'py, PyList>> {
     let py = keys.py();
     let sorted = keys.get_slice(0, keys.len());
     match sorted.sort() {
         Ok(()) => return Ok(sorted),
+        Err(e) if strict => {
+            // JAX's rule: keys that do not sort are an error.
+            let err = pyo3::exceptions::PyValueError::new_err(
+                "Comparator raised exception while sorting pytree dictionary keys.",
+            );
+            err.set_cause(py, Some(e));
+            return Err(err);
+        }
         Err(e) if e.is_instance_of::<PyTypeError>(py) => {}
         Err(e) => return Err(e),
     }
@@ -646,6 +681,7 @@ pub struct Options<'a, 'py> {
     pub namespace: &'a str,
     /// Ask custom nodes for their keys while walking.
     pub with_keys: bool,
+    pub face: Face,
 }
 
 impl<'a, 'py> Options<'a, 'py> {
@@ -660,6 +696,7 @@ impl<'a, 'py> Options<'a, 'py> {
             none_is_leaf,
             namespace,
             with_keys: false,
+            face: Face::Optree,
         }
     }
 }
@@ -673,6 +710,7 @@ fn run_with<'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const L
     let mut f =
         Flattener::<P, NONE_LEAF, NODES, LEAVES>::new(tree.py(), pred, registry, opts.namespace);
     f.with_keys = opts.with_keys;
+    f.face = opts.face;
     f.run(tree)
 }
 
@@ -698,19 +736,4 @@ pub fn flatten_opts<'py, const NODES: bool, const LEAVES: bool>(
             run_with::<_, true, NODES, LEAVES>(tree, PathPred(f), opts, registry)
         }
     }
-}
-
-/// Walks `tree` with the common options.
-pub fn flatten<'py, const NODES: bool, const LEAVES: bool>(
-    tree: &Bound<'py, PyAny>,
-    is_leaf: Option<&Bound<'py, PyAny>>,
-    none_is_leaf: bool,
-    namespace: &str,
-    registry: &Registry,
-) -> PyResult<Flat<'py>> {
-    flatten_opts::<NODES, LEAVES>(
-        tree,
-        &Options::new(is_leaf, none_is_leaf, namespace),
-        registry,
-    )
 }

@@ -148,13 +148,41 @@ impl Node {
                     .and_then(|r| custom::child_names(r))
                     .and_then(|names| names.get(j))
                     .map(|n| n.bind(py).to_string_lossy().into_owned());
-                match name {
-                    Some(n) => PathEntry::Attr(n),
-                    None => PathEntry::Index(j),
+                match (name, &self.entries) {
+                    (Some(n), _) => PathEntry::Attr(n),
+                    (None, Some(entries)) => match entries.bind(py).get_item(j) {
+                        Ok(e) => PathEntry::Text(custom_entry_text(&e)),
+                        Err(_) => PathEntry::Index(j),
+                    },
+                    (None, None) => PathEntry::Text(format!("[<flat index {j}>]")),
                 }
             }
             _ => PathEntry::Index(j),
         }
+    }
+}
+
+/// Which library's semantics a treespec follows where optree and JAX differ: dict order on
+/// rebuild, deque and struct sequences as nodes or leaves, repr grammar, `node_data` and
+/// `walk` forms, and whether the three mapping kinds match each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Face {
+    Optree,
+    Jax,
+}
+
+/// How a registered node's child key reads in a path: JAX key objects by their str, raw
+/// optree entries as flat indices.
+pub fn custom_entry_text(entry: &Bound<'_, PyAny>) -> String {
+    let is_key = entry.is_instance_of::<crate::paths::SequenceKey>()
+        || entry.is_instance_of::<crate::paths::DictKey>()
+        || entry.is_instance_of::<crate::paths::GetAttrKey>()
+        || entry.is_instance_of::<crate::paths::FlattenedIndexKey>();
+    // A raw entry reads as the FlattenedIndexKey it becomes in a JAX key path.
+    match entry.str() {
+        Ok(t) if is_key => t.to_string(),
+        Ok(t) => format!("[<flat index {t}>]"),
+        Err(_) => "[?]".into(),
     }
 }
 
@@ -164,6 +192,7 @@ pub struct PyTreeSpec {
     pub(crate) nodes: Vec<Node>,
     pub(crate) none_is_leaf: bool,
     pub(crate) namespace: String,
+    pub(crate) face: Face,
     pub(crate) hash: OnceLock<isize>,
 }
 
@@ -174,8 +203,19 @@ impl PyTreeSpec {
             nodes,
             none_is_leaf,
             namespace,
+            face: Face::Optree,
             hash: OnceLock::new(),
         }
+    }
+
+    pub fn with_face(mut self, face: Face) -> PyTreeSpec {
+        self.face = face;
+        self
+    }
+
+    /// A treespec of other nodes with this one's options (none_is_leaf, namespace, face).
+    pub fn derive(&self, nodes: Vec<Node>) -> PyTreeSpec {
+        PyTreeSpec::new(nodes, self.none_is_leaf, self.namespace.clone()).with_face(self.face)
     }
 
     pub fn root(&self) -> &Node {
@@ -210,10 +250,9 @@ impl PyTreeSpec {
         PyTreeSpec::new(nodes, self.none_is_leaf, self.namespace.clone())
     }
 
-    /// The path from the root to node `idx`, in keystr form after `root`.
-    #[cold]
-    pub fn path_to(&self, py: Python<'_>, idx: usize, root: &str) -> String {
-        let mut entries = Vec::new();
+    /// The steps from the root to node `idx`: (node index, child position) pairs.
+    pub fn path_chain(&self, idx: usize) -> Vec<(usize, usize)> {
+        let mut chain = Vec::new();
         let mut cur = self.nodes.len() - 1;
         while cur != idx {
             let node = &self.nodes[cur];
@@ -229,9 +268,20 @@ impl PyTreeSpec {
                 end = start;
             }
             let Some((j, child)) = found else { break };
-            entries.push(node.entry(py, j));
+            chain.push((cur, j));
             cur = child;
         }
+        chain
+    }
+
+    /// The path from the root to node `idx`, in keystr form after `root`.
+    #[cold]
+    pub fn path_to(&self, py: Python<'_>, idx: usize, root: &str) -> String {
+        let entries: Vec<_> = self
+            .path_chain(idx)
+            .into_iter()
+            .map(|(n, j)| self.nodes[n].entry(py, j))
+            .collect();
         paths::render(root, &entries)
     }
 
@@ -352,7 +402,7 @@ impl PyTreeSpec {
         } else {
             &self.namespace
         };
-        Ok(PyTreeSpec::new(nodes, self.none_is_leaf, namespace.clone()))
+        Ok(PyTreeSpec::new(nodes, self.none_is_leaf, namespace.clone()).with_face(self.face))
     }
 
     /// The path (optree's raw entries) of every leaf.
@@ -444,7 +494,10 @@ impl PyTreeSpec {
     /// The root's node data, as optree reports it (the keys of a dict, a namedtuple's type,
     /// a custom node's aux data, ...).
     fn node_data<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        ops::node_data(py, self.root())
+        match self.face {
+            Face::Optree => ops::node_data(py, self.root()),
+            Face::Jax => ops::jax_node_data(py, self.root()),
+        }
     }
 
     /// Rebuilds the tree, calling `f_leaf(leaf)` at leaves and `f_node(container)` on each
@@ -465,22 +518,33 @@ impl PyTreeSpec {
         )
     }
 
-    /// Walks the tree bottom up: `f_leaf(leaf)` at leaves, `f_node(type, node_data,
-    /// children)` at nodes (rebuilding the node where `f_node` is None).
-    #[pyo3(signature = (leaves, /, f_node = None, f_leaf = None))]
+    /// Walks the tree bottom up. optree's form `walk(leaves, f_node, f_leaf)` calls
+    /// `f_node(type, node_data, children)`; on a JAX-face treedef the form is JAX's,
+    /// `walk(f_node, f_leaf, leaves)` with `f_node(children, node_data)`.
+    #[pyo3(signature = (a, /, b = None, c = None))]
     fn walk<'py>(
         &self,
-        leaves: &Bound<'py, PyAny>,
-        f_node: Option<&Bound<'py, PyAny>>,
-        f_leaf: Option<&Bound<'py, PyAny>>,
+        a: &Bound<'py, PyAny>,
+        b: Option<&Bound<'py, PyAny>>,
+        c: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let leaves = unflatten::collect_leaves(leaves)?;
-        unflatten::build_with(
-            leaves.0,
-            self,
-            leaves.1,
-            &unflatten::Visit::Walk { f_node, f_leaf },
-        )
+        let callable = |x: Option<&Bound<'py, PyAny>>| x.filter(|f| !f.is_none()).cloned();
+        let (leaves, f_node, f_leaf) = match self.face {
+            Face::Optree => (a, callable(b), callable(c)),
+            Face::Jax => {
+                let leaves = c.ok_or_else(|| {
+                    TreeError::Type("walk(f_node, f_leaf, leaves): the leaves are missing".into())
+                })?;
+                (leaves, callable(Some(a)), callable(b))
+            }
+        };
+        let (py, leaves) = unflatten::collect_leaves(leaves)?;
+        let (f_node, f_leaf) = (f_node.as_ref(), f_leaf.as_ref());
+        let visit = match self.face {
+            Face::Optree => unflatten::Visit::Walk { f_node, f_leaf },
+            Face::Jax => unflatten::Visit::JaxWalk { f_node, f_leaf },
+        };
+        unflatten::build_with(py, self, leaves, &visit)
     }
 
     /// A versioned JSON-compatible document describing this treespec (builtin nodes only);
@@ -490,6 +554,21 @@ impl PyTreeSpec {
         py.import("oxtree.serialization")?
             .getattr("treespec_to_json")?
             .call1((slf,))
+    }
+
+    /// JAX's constructor: the treedef whose root has `node_data` (as `node_data()` gives it,
+    /// `(type, data)`, or None for a leaf) and the given children. `registry` is accepted for
+    /// JAX's signature; oxtree has one registry.
+    #[staticmethod]
+    #[pyo3(signature = (registry, node_data, children))]
+    fn from_node_data_and_children(
+        py: Python<'_>,
+        registry: &Bound<'_, PyAny>,
+        node_data: &Bound<'_, PyAny>,
+        children: Vec<PyRef<'_, PyTreeSpec>>,
+    ) -> PyResult<PyTreeSpec> {
+        let _ = registry;
+        ops::from_jax_node_data(py, node_data, &children)
     }
 
     fn __len__(&self) -> usize {

@@ -31,9 +31,50 @@ pub fn node_data<'py>(py: Python<'py>, node: &Node) -> PyResult<Bound<'py, PyAny
     })
 }
 
+/// JAX's node data of a treespec's root: None for a leaf, else `(type, data)` where data is
+/// None for sequences and namedtuples, the sorted key list of a dict, the key tuple of an
+/// OrderedDict, `(factory, keys)` for a defaultdict, the aux data of a custom node.
+pub fn jax_node_data<'py>(py: Python<'py>, node: &Node) -> PyResult<Bound<'py, PyAny>> {
+    let none = || py.None().into_bound(py);
+    let Some(ty) = node.py_type(py) else {
+        return Ok(none());
+    };
+    let keys_tuple = || {
+        node.keys
+            .as_ref()
+            .map(|k| k.bind(py).to_tuple().into_any())
+            .unwrap_or_else(none)
+    };
+    let data = match node.kind {
+        Kind::Leaf => return Ok(none()),
+        Kind::None
+        | Kind::Tuple
+        | Kind::List
+        | Kind::NamedTuple
+        | Kind::Deque
+        | Kind::StructSeq => none(),
+        Kind::Dict => node_data(py, node)?,
+        Kind::OrderedDict => keys_tuple(),
+        Kind::DefaultDict => {
+            let factory = node
+                .data
+                .as_ref()
+                .map(|d| d.bind(py).clone())
+                .unwrap_or_else(none);
+            (factory, keys_tuple()).into_pyobject(py)?.into_any()
+        }
+        Kind::Custom => node
+            .data
+            .as_ref()
+            .map(|d| d.bind(py).clone())
+            .unwrap_or_else(none),
+    };
+    Ok((ty, data).into_pyobject(py)?.into_any())
+}
+
 /// Whether `a` is a prefix of `b`: `b` is `a` with some leaves replaced by subtrees.
 pub fn is_prefix(py: Python<'_>, a: &PyTreeSpec, b: &PyTreeSpec, strict: bool) -> PyResult<bool> {
-    if a.none_is_leaf != b.none_is_leaf {
+    if a.none_is_leaf != b.none_is_leaf || a.face != b.face {
         return Ok(false);
     }
     let mut pairs = vec![(a.nodes.len() - 1, b.nodes.len() - 1)];
@@ -104,11 +145,18 @@ pub fn common_suffix(py: Python<'_>, a: &PyTreeSpec, b: &PyTreeSpec) -> PyResult
             }
         }
     }
+    if a.face != b.face {
+        return Err(TreeError::Value(
+            "broadcast_to_common_suffix: the treespecs are of different faces".into(),
+        )
+        .into());
+    }
     Ok(PyTreeSpec::new(
         out,
         a.none_is_leaf,
         pick_namespace(&a.namespace, &b.namespace)?,
-    ))
+    )
+    .with_face(a.face))
 }
 
 fn pick_namespace(a: &str, b: &str) -> PyResult<String> {
@@ -173,7 +221,7 @@ pub fn graft(
             pending.push((leaves, count));
         }
     }
-    Ok(PyTreeSpec::new(out, spec.none_is_leaf, namespace))
+    Ok(PyTreeSpec::new(out, spec.none_is_leaf, namespace).with_face(spec.face))
 }
 
 /// The root node with a leaf for each child, or None for a leaf.
@@ -187,11 +235,7 @@ pub fn one_level(py: Python<'_>, spec: &PyTreeSpec) -> Option<PyTreeSpec> {
     top.num_leaves = root.arity;
     top.num_nodes = root.arity + 1;
     nodes.push(top);
-    Some(PyTreeSpec::new(
-        nodes,
-        spec.none_is_leaf,
-        spec.namespace.clone(),
-    ))
+    Some(spec.derive(nodes))
 }
 
 /// optree's `transform`: bottom up, each leaf becomes `f_leaf(leaf spec)` and each node
@@ -221,7 +265,7 @@ pub fn transform(
     let mut stack: Vec<Py<PyTreeSpec>> = Vec::new();
     for (idx, node) in spec.nodes.iter().enumerate() {
         if node.kind == Kind::Leaf {
-            let leaf = PyTreeSpec::new(vec![Node::LEAF], spec.none_is_leaf, spec.namespace.clone());
+            let leaf = spec.derive(vec![Node::LEAF]);
             stack.push(match f_leaf {
                 Some(f) => call(f, leaf, "f_leaf")?,
                 None => Py::new(py, leaf)?,
@@ -241,9 +285,96 @@ pub fn transform(
     }
     let root = stack.pop().expect("a treespec has a root");
     let root = root.bind(py).get();
-    Ok(PyTreeSpec::new(
-        root.nodes.iter().map(|n| n.clone_ref(py)).collect(),
-        root.none_is_leaf,
-        root.namespace.clone(),
-    ))
+    Ok(root.derive(root.nodes.iter().map(|n| n.clone_ref(py)).collect()))
+}
+
+/// A JAX-face treedef from JAX's node data (`(type, data)`, or None for a leaf) and children.
+pub fn from_jax_node_data(
+    py: Python<'_>,
+    node_data: &Bound<'_, PyAny>,
+    children: &[PyRef<'_, PyTreeSpec>],
+) -> PyResult<PyTreeSpec> {
+    use pyo3::types::{PyDict, PyTuple, PyType};
+    let bad = |why: String| -> PyErr {
+        TreeError::Value(format!("from_node_data_and_children: {why}")).into()
+    };
+    let leaf =
+        || PyTreeSpec::new(vec![Node::LEAF], false, String::new()).with_face(super::Face::Jax);
+    if node_data.is_none() {
+        if !children.is_empty() {
+            return Err(bad("a leaf has no children".into()));
+        }
+        return Ok(leaf());
+    }
+    let pair = node_data
+        .cast::<PyTuple>()
+        .map_err(|_| bad("node_data must be (type, data) or None".into()))?;
+    if pair.len() != 2 {
+        return Err(bad("node_data must be (type, data) or None".into()));
+    }
+    let ty = pair.get_item(0)?;
+    let ty = ty
+        .cast::<PyType>()
+        .map_err(|_| bad("node_data[0] must be a type".into()))?;
+    let data = pair.get_item(1)?;
+    let arity = children.len();
+    let c = crate::types::collections(py);
+    let is = |t: &Bound<'_, PyType>| ty.is(t);
+    let mut node = if is(&py.get_type::<PyTuple>()) {
+        Node::bare(Kind::Tuple, arity, 0, 0)
+    } else if is(&py.get_type::<PyList>()) {
+        Node::bare(Kind::List, arity, 0, 0)
+    } else if is(&py.None().bind(py).get_type()) {
+        Node::bare(Kind::None, 0, 0, 0)
+    } else if is(&py.get_type::<PyDict>())
+        || is(c.ordered_dict.bind(py))
+        || is(c.default_dict.bind(py))
+    {
+        let (kind, keys, factory) = if is(&py.get_type::<PyDict>()) {
+            (Kind::Dict, data.clone(), None)
+        } else if is(c.ordered_dict.bind(py)) {
+            (Kind::OrderedDict, data.clone(), None)
+        } else {
+            let fk = data
+                .cast::<PyTuple>()
+                .map_err(|_| bad("defaultdict data must be (factory, keys)".into()))?;
+            (Kind::DefaultDict, fk.get_item(1)?, Some(fk.get_item(0)?))
+        };
+        let keys = super::flatten::iter_to_list(&keys)?;
+        if keys.len() != arity {
+            return Err(bad(format!("{} keys for {arity} children", keys.len())));
+        }
+        let mut n = Node::bare(kind, arity, 0, 0);
+        if kind != Kind::OrderedDict {
+            let sorted = super::flatten::sort_keys(&keys, true)?;
+            if !sorted.iter().zip(keys.iter()).all(|(a, b)| a.is(&b)) {
+                return Err(bad("dict keys must be given in sorted order".into()));
+            }
+        }
+        n.keys = Some(keys.unbind());
+        n.data = factory.map(Bound::unbind);
+        n
+    } else if crate::types::is_namedtuple_class(ty) {
+        let mut n = Node::bare(Kind::NamedTuple, arity, 0, 0);
+        n.data = Some(ty.clone().into_any().unbind());
+        n
+    } else {
+        let reg = crate::registry::snapshot();
+        let found = reg.lookup(ty.as_ptr().cast(), "").ok_or_else(|| {
+            bad(format!(
+                "{} is not a registered pytree node type",
+                ty.name().map(|n| n.to_string()).unwrap_or_default()
+            ))
+        })?;
+        let mut n = Node::bare(Kind::Custom, arity, 0, 0);
+        n.data = Some(data.unbind());
+        n.custom = Some(found.clone());
+        n
+    };
+    node.num_leaves = arity;
+    node.num_nodes = arity + 1;
+    let mut nodes: Vec<Node> = (0..arity).map(|_| Node::LEAF).collect();
+    nodes.push(node);
+    let shape = PyTreeSpec::new(nodes, false, String::new()).with_face(super::Face::Jax);
+    graft(py, &shape, children)
 }

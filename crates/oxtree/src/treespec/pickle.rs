@@ -4,7 +4,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple, PyType};
 
-use super::{Node, PyTreeSpec};
+use super::{Face, Node, PyTreeSpec};
 use crate::errors::TreeError;
 use crate::kind::Kind;
 use crate::registry;
@@ -58,6 +58,12 @@ pub fn state<'py>(spec: &PyTreeSpec, py: Python<'py>) -> PyResult<Bound<'py, PyT
                 .into_any(),
             spec.namespace.clone().into_pyobject(py)?.into_any(),
             PyTuple::new(py, nodes)?.into_any(),
+            match spec.face {
+                Face::Optree => "optree",
+                Face::Jax => "jax",
+            }
+            .into_pyobject(py)?
+            .into_any(),
         ],
     )
 }
@@ -106,9 +112,18 @@ fn key_list<'py>(
 #[pyo3(name = "_rebuild_treespec")]
 pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
     let state = state.cast::<PyTuple>().map_err(|_| bad("not a tuple"))?;
-    if state.len() != 4 {
-        return Err(bad(format!("expected 4 fields, got {}", state.len())));
+    if state.len() != 4 && state.len() != 5 {
+        return Err(bad(format!("expected 5 fields, got {}", state.len())));
     }
+    let face = if state.len() == 5 {
+        match state.get_item(4)?.extract::<String>().as_deref() {
+            Ok("optree") => Face::Optree,
+            Ok("jax") => Face::Jax,
+            _ => return Err(bad("the face must be 'optree' or 'jax'")),
+        }
+    } else {
+        Face::Optree
+    };
     let version: u32 = state
         .get_item(0)?
         .extract()
@@ -286,5 +301,15 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
             pending.len()
         )));
     }
-    Ok(PyTreeSpec::new(nodes, none_is_leaf, namespace))
+    if face == Face::Jax
+        && (none_is_leaf
+            || nodes
+                .iter()
+                .any(|n| matches!(n.kind, Kind::Deque | Kind::StructSeq)))
+    {
+        return Err(bad(
+            "a JAX treespec has no deque or struct sequence nodes and None is never a leaf",
+        ));
+    }
+    Ok(PyTreeSpec::new(nodes, none_is_leaf, namespace).with_face(face))
 }

@@ -5,7 +5,7 @@
 
 use pyo3::prelude::*;
 
-use super::{custom, PyTreeSpec};
+use super::{custom, Face, PyTreeSpec};
 use crate::kind::Kind;
 use crate::types;
 
@@ -49,89 +49,100 @@ pub fn body(spec: &PyTreeSpec, py: Python<'_>) -> PyResult<String> {
             _ => Vec::new(),
         };
         let labels_owned: Vec<String>;
-        let (open, close, labels): (String, String, Option<(&[String], &str)>) = match node.kind {
-            Kind::Leaf => ("*".into(), String::new(), None),
-            Kind::None => ("None".into(), String::new(), None),
-            Kind::Tuple => {
-                let close = if node.arity == 1 { ",)" } else { ")" };
-                ("(".into(), close.into(), None)
-            }
-            Kind::List => ("[".into(), "]".into(), None),
-            Kind::Dict => ("{".into(), "}".into(), Some((&keys, ": "))),
-            Kind::NamedTuple | Kind::StructSeq => {
-                let t = node.data.as_ref().expect("kept").bind(py);
-                let name = if node.kind == Kind::NamedTuple {
-                    t.getattr("__name__")?.to_string()
-                } else {
-                    format!(
-                        "{}.{}",
-                        t.getattr("__module__")?,
-                        t.getattr("__qualname__")?
-                    )
-                };
-                (format!("{name}("), ")".into(), Some((&keys, "=")))
-            }
-            Kind::OrderedDict => {
-                if node.arity == 0 {
-                    ("OrderedDict()".into(), String::new(), None)
-                } else {
-                    ("OrderedDict({".into(), "})".into(), Some((&keys, ": ")))
+        let (open, close, labels): (String, String, Option<(&[String], &str)>) = if spec.face
+            == Face::Jax
+            && matches!(
+                node.kind,
+                Kind::NamedTuple | Kind::OrderedDict | Kind::DefaultDict | Kind::Custom
+            ) {
+            // JAX's grammar: every node but the builtin containers is `CustomNode(T[aux], [...])`.
+            let (name, aux) = jax_custom_label(py, node)?;
+            (format!("CustomNode({name}[{aux}], ["), "])".into(), None)
+        } else {
+            match node.kind {
+                Kind::Leaf => ("*".into(), String::new(), None),
+                Kind::None => ("None".into(), String::new(), None),
+                Kind::Tuple => {
+                    let close = if node.arity == 1 { ",)" } else { ")" };
+                    ("(".into(), close.into(), None)
                 }
-            }
-            Kind::DefaultDict => {
-                let factory = repr_of(node.data.as_ref().expect("kept").bind(py))?;
-                (
-                    format!("defaultdict({factory}, {{"),
-                    "})".into(),
-                    Some((&keys, ": ")),
-                )
-            }
-            Kind::Deque => {
-                let maxlen = node.data.as_ref().expect("kept").bind(py);
-                let close = if maxlen.is_none() {
-                    "])".to_string()
-                } else {
-                    format!("], maxlen={})", repr_of(maxlen)?)
-                };
-                if node.arity == 0 {
-                    let open = if maxlen.is_none() {
-                        "deque()".to_string()
+                Kind::List => ("[".into(), "]".into(), None),
+                Kind::Dict => ("{".into(), "}".into(), Some((&keys, ": "))),
+                Kind::NamedTuple | Kind::StructSeq => {
+                    let t = node.data.as_ref().expect("kept").bind(py);
+                    let name = if node.kind == Kind::NamedTuple {
+                        t.getattr("__name__")?.to_string()
                     } else {
-                        format!("deque(maxlen={})", repr_of(maxlen)?)
-                    };
-                    (open, String::new(), None)
-                } else {
-                    ("deque([".into(), close, None)
-                }
-            }
-            Kind::Custom => {
-                let reg = node.custom.as_ref().expect("kept");
-                let aux = node.data.as_ref().expect("kept").bind(py);
-                let name = reg.name(py);
-                match custom::child_names(reg) {
-                    // Dataclasses: meta fields as `name=value` in the brackets, data fields
-                    // labelled among the children.
-                    Some(data) => {
-                        let meta = match &reg.rule {
-                            crate::registry::Rule::Dataclass { meta, .. } => meta.as_slice(),
-                            _ => &[],
-                        };
-                        let mut parts = Vec::new();
-                        for (m, v) in meta.iter().zip(aux.try_iter()?) {
-                            parts.push(format!("{}={}", m.bind(py), repr_of(&v?)?));
-                        }
-                        labels_owned = data.iter().map(|n| n.bind(py).to_string()).collect();
-                        (
-                            format!("CustomTreeNode({name}[{}], [", parts.join(", ")),
-                            "])".into(),
-                            Some((labels_owned.as_slice(), "=")),
+                        format!(
+                            "{}.{}",
+                            t.getattr("__module__")?,
+                            t.getattr("__qualname__")?
                         )
+                    };
+                    (format!("{name}("), ")".into(), Some((&keys, "=")))
+                }
+                Kind::OrderedDict => {
+                    if node.arity == 0 {
+                        ("OrderedDict()".into(), String::new(), None)
+                    } else {
+                        ("OrderedDict({".into(), "})".into(), Some((&keys, ": ")))
                     }
-                    None => (
-                        format!("CustomTreeNode({name}[{}], [", repr_of(aux)?),
-                        "])".into(),
-                        None,
-                    ),
+                }
+                Kind::DefaultDict => {
+                    let factory = repr_of(node.data.as_ref().expect("kept").bind(py))?;
+                    (
+                        format!("defaultdict({factory}, {{"),
+                        "})".into(),
+                        Some((&keys, ": ")),
+                    )
+                }
+                Kind::Deque => {
+                    let maxlen = node.data.as_ref().expect("kept").bind(py);
+                    let close = if maxlen.is_none() {
+                        "])".to_string()
+                    } else {
+                        format!("], maxlen={})", repr_of(maxlen)?)
+                    };
+                    if node.arity == 0 {
+                        let open = if maxlen.is_none() {
+                            "deque()".to_string()
+                        } else {
+                            format!("deque(maxlen={})", repr_of(maxlen)?)
+                        };
+                        (open, String::new(), None)
+                    } else {
+                        ("deque([".into(), close, None)
+                    }
+                }
+                Kind::Custom => {
+                    let reg = node.custom.as_ref().expect("kept");
+                    let aux = node.data.as_ref().expect("kept").bind(py);
+                    let name = reg.name(py);
+                    match custom::child_names(reg) {
+                        // Dataclasses: meta fields as `name=value` in the brackets, data fields
+                        // labelled among the children.
+                        Some(data) => {
+                            let meta = match &reg.rule {
+                                crate::registry::Rule::Dataclass { meta, .. } => meta.as_slice(),
+                                _ => &[],
+                            };
+                            let mut parts = Vec::new();
+                            for (m, v) in meta.iter().zip(aux.try_iter()?) {
+                                parts.push(format!("{}={}", m.bind(py), repr_of(&v?)?));
+                            }
+                            labels_owned = data.iter().map(|n| n.bind(py).to_string()).collect();
+                            (
+                                format!("CustomTreeNode({name}[{}], [", parts.join(", ")),
+                                "])".into(),
+                                Some((labels_owned.as_slice(), "=")),
+                            )
+                        }
+                        None => (
+                            format!("CustomTreeNode({name}[{}], [", repr_of(aux)?),
+                            "])".into(),
+                            None,
+                        ),
+                    }
                 }
             }
         };
@@ -153,7 +164,33 @@ pub fn body(spec: &PyTreeSpec, py: Python<'_>) -> PyResult<String> {
     Ok(out)
 }
 
+/// The name and aux data JAX prints for a node it represents as a custom node.
+fn jax_custom_label(py: Python<'_>, node: &super::Node) -> PyResult<(String, String)> {
+    let keys_tuple = || -> PyResult<String> {
+        match &node.keys {
+            Some(k) => repr_of(k.bind(py).to_tuple().as_any()),
+            None => Ok("()".into()),
+        }
+    };
+    let data = || node.data.as_ref().expect("kept").bind(py);
+    Ok(match node.kind {
+        Kind::NamedTuple => ("namedtuple".into(), data().getattr("__name__")?.to_string()),
+        Kind::OrderedDict => ("OrderedDict".into(), keys_tuple()?),
+        Kind::DefaultDict => (
+            "defaultdict".into(),
+            format!("({}, {})", repr_of(data())?, keys_tuple()?),
+        ),
+        _ => {
+            let reg = node.custom.as_ref().expect("kept");
+            (reg.name(py), repr_of(data())?)
+        }
+    })
+}
+
 pub fn repr(spec: &PyTreeSpec, py: Python<'_>) -> PyResult<String> {
+    if spec.face == Face::Jax {
+        return Ok(format!("PyTreeDef({})", body(spec, py)?));
+    }
     let mut out = format!("PyTreeSpec({}", body(spec, py)?);
     if spec.none_is_leaf {
         out.push_str(", NoneIsLeaf");

@@ -7,7 +7,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use super::{Node, PyTreeSpec};
+use super::{Face, Node, PyTreeSpec};
 use crate::errors::{short_repr, type_name, TreeError};
 use crate::kind::Kind;
 use crate::registry::Registry;
@@ -33,15 +33,15 @@ pub fn flatten_up_to<'py>(
             }
             Kind::None => {
                 if !obj.is_none() {
-                    return Err(mismatch(spec, py, idx, &obj, which));
+                    return Err(mismatch(spec, py, idx, &obj, which, tree, registry));
                 }
                 continue;
             }
             _ => {}
         }
         children.clear();
-        if !node_children(py, node, &obj, registry, &mut children)? {
-            return Err(mismatch(spec, py, idx, &obj, which));
+        if !node_children(py, node, &obj, registry, spec.face, &mut children)? {
+            return Err(mismatch(spec, py, idx, &obj, which, tree, registry));
         }
         // Push right to left, so the leftmost child is walked first.
         let mut child_idx = idx - 1;
@@ -60,6 +60,7 @@ fn node_children<'py>(
     node: &Node,
     obj: &Bound<'py, PyAny>,
     registry: &Registry,
+    face: Face,
     out: &mut Vec<Bound<'py, PyAny>>,
 ) -> PyResult<bool> {
     let same_type = |data: &Option<Py<PyAny>>| {
@@ -92,10 +93,12 @@ fn node_children<'py>(
             out.extend(l.iter());
         }
         Kind::Dict | Kind::OrderedDict | Kind::DefaultDict => {
-            // Any of the three mapping kinds matches any other with the same keys; the values
-            // are taken in the treespec's key order.
-            let ok = match super::flatten::classify(obj, false, registry, "") {
-                super::flatten::Class::Node(k) => k.is_mapping(),
+            // Under optree's rules any of the three mapping kinds matches any other with the
+            // same keys (JAX wants the same type); values are taken in the treespec's order.
+            let ok = match super::flatten::classify(obj, false, registry, "", face) {
+                super::flatten::Class::Node(k) => {
+                    k.is_mapping() && (face == Face::Optree || k == node.kind)
+                }
                 _ => false,
             };
             if !ok {
@@ -222,19 +225,76 @@ fn mismatch(
     idx: usize,
     obj: &Bound<'_, PyAny>,
     which: Option<&str>,
+    tree: &Bound<'_, PyAny>,
+    registry: &Registry,
 ) -> PyErr {
     let node = &spec.nodes[idx];
     let mut got = describe_obj(obj);
     if let (Some(keys), Ok(d)) = (&node.keys, obj.cast::<PyDict>()) {
         got.push_str(&key_difference(keys.bind(py), &d.keys()));
     }
+    let path =
+        keyed_path(spec, py, idx, tree, registry).unwrap_or_else(|_| spec.path_to(py, idx, "tree"));
     TreeError::Mismatch {
-        path: spec.path_to(py, idx, "tree"),
+        path,
         expected: describe_node(py, node),
         got,
         which: which.map(str::to_owned),
     }
     .into()
+}
+
+/// The path to node `idx`, walking `tree` (which matched the treespec down to there) so that
+/// registered nodes with JAX keys (`flatten_with_keys`) are named by them.
+#[cold]
+fn keyed_path(
+    spec: &PyTreeSpec,
+    py: Python<'_>,
+    idx: usize,
+    tree: &Bound<'_, PyAny>,
+    registry: &Registry,
+) -> PyResult<String> {
+    use crate::paths::PathEntry;
+    let mut entries = Vec::new();
+    let mut cur = tree.clone();
+    for (n, j) in spec.path_chain(idx) {
+        let node = &spec.nodes[n];
+        let keyed = match (&node.custom, node.kind) {
+            (Some(reg), Kind::Custom) => match &reg.rule {
+                crate::registry::Rule::Custom {
+                    flatten_with_keys: Some(_),
+                    ..
+                } => Some(reg),
+                _ => None,
+            },
+            _ => None,
+        };
+        if let Some(reg) = keyed {
+            let (children, _, keys) = super::custom::flatten(py, reg, &cur, true)?;
+            let key = keys
+                .ok_or_else(|| PyErr::new::<pyo3::exceptions::PyValueError, _>("no keys"))?
+                .get_item(j)?;
+            entries.push(PathEntry::Text(super::custom_entry_text(&key)));
+            cur = children
+                .into_vec()
+                .into_iter()
+                .nth(j)
+                .ok_or_else(|| PyErr::new::<pyo3::exceptions::PyValueError, _>("no child"))?;
+        } else {
+            entries.push(node.entry(py, j));
+            let mut children = Vec::new();
+            if !node_children(py, node, &cur, registry, spec.face, &mut children)? {
+                return Err(PyErr::new::<pyo3::exceptions::PyValueError, _>(
+                    "structure differs",
+                ));
+            }
+            cur = children
+                .into_iter()
+                .nth(j)
+                .ok_or_else(|| PyErr::new::<pyo3::exceptions::PyValueError, _>("no child"))?;
+        }
+    }
+    Ok(crate::paths::render("tree", &entries))
 }
 
 /// `; missing keys [...], extra keys [...]` between what a node expects and what a dict has.

@@ -5,7 +5,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use super::{Node, PyTreeSpec};
+use super::{Face, Node, PyTreeSpec};
 use crate::errors::{type_name, TreeError};
 use crate::kind::Kind;
 use crate::types;
@@ -63,6 +63,11 @@ pub enum Visit<'a, 'py> {
         f_node: Option<&'a Bound<'py, PyAny>>,
         f_leaf: Option<&'a Bound<'py, PyAny>>,
     },
+    /// JAX's `walk`: `f_leaf(leaf)` at leaves, `f_node(children, node_data)` at nodes.
+    JaxWalk {
+        f_node: Option<&'a Bound<'py, PyAny>>,
+        f_leaf: Option<&'a Bound<'py, PyAny>>,
+    },
 }
 
 /// A post-order walk of `spec` over `leaves`, doing what `visit` says at each node.
@@ -86,7 +91,12 @@ pub fn build_with<'py>(
     for node in &spec.nodes {
         let value = match (node.kind, visit) {
             (Kind::Leaf, Visit::Rebuild) => leaves.next().expect("the leaf count was checked"),
-            (Kind::Leaf, Visit::Traverse { f_leaf, .. } | Visit::Walk { f_leaf, .. }) => {
+            (
+                Kind::Leaf,
+                Visit::Traverse { f_leaf, .. }
+                | Visit::Walk { f_leaf, .. }
+                | Visit::JaxWalk { f_leaf, .. },
+            ) => {
                 let leaf = leaves.next().expect("the leaf count was checked");
                 match f_leaf {
                     Some(f) => f.call1((leaf,))?,
@@ -96,14 +106,35 @@ pub fn build_with<'py>(
             (Kind::None, Visit::Rebuild | Visit::Traverse { .. }) => py.None().into_bound(py),
             (_, Visit::Rebuild) => {
                 let start = stack.len() - node.arity;
-                make_node(py, node, stack.drain(start..))?
+                make_node(py, spec.face, node, stack.drain(start..))?
             }
             (_, Visit::Traverse { f_node, .. }) => {
                 let start = stack.len() - node.arity;
-                let obj = make_node(py, node, stack.drain(start..))?;
+                let obj = make_node(py, spec.face, node, stack.drain(start..))?;
                 match f_node {
                     Some(f) => f.call1((obj,))?,
                     None => obj,
+                }
+            }
+            (_, Visit::JaxWalk { f_node, .. }) => {
+                let start = stack.len() - node.arity;
+                let children = tuple_from(py, stack.drain(start..));
+                match f_node {
+                    Some(f) => {
+                        let data = super::ops::jax_node_data(py, node)?;
+                        let data = if data.is_none() {
+                            data
+                        } else {
+                            data.get_item(1)?
+                        };
+                        f.call1((children, data))?
+                    }
+                    None => make_node(
+                        py,
+                        spec.face,
+                        node,
+                        children.iter().collect::<Vec<_>>().into_iter(),
+                    )?,
                 }
             }
             (_, Visit::Walk { f_node, .. }) => {
@@ -114,7 +145,12 @@ pub fn build_with<'py>(
                         let ty = node.py_type(py).unwrap_or_else(|| py.None().into_bound(py));
                         f.call1((ty, super::ops::node_data(py, node)?, children))?
                     }
-                    None => make_node(py, node, children.iter().collect::<Vec<_>>().into_iter())?,
+                    None => make_node(
+                        py,
+                        spec.face,
+                        node,
+                        children.iter().collect::<Vec<_>>().into_iter(),
+                    )?,
                 }
             }
         };
@@ -180,12 +216,19 @@ fn fill_mapping<'py>(
     target: &Bound<'py, PyAny>,
     node: &Node,
     children: impl ExactSizeIterator<Item = Bound<'py, PyAny>>,
+    face: Face,
 ) -> PyResult<()> {
     let keys = node
         .keys
         .as_ref()
         .expect("mapping nodes keep their keys")
         .bind(py);
+    // JAX rebuilds dicts in sorted key order; optree in the original insertion order.
+    let positions = if face == Face::Jax {
+        &None
+    } else {
+        &node.insertion
+    };
     let exact_dict = target.is_exact_instance_of::<PyDict>();
     let set = |key: &Bound<'py, PyAny>, value: &Bound<'py, PyAny>| -> PyResult<()> {
         if exact_dict {
@@ -199,7 +242,7 @@ fn fill_mapping<'py>(
             target.set_item(key, value)
         }
     };
-    match &node.insertion {
+    match positions {
         None => {
             for (key, value) in keys.iter().zip(children) {
                 set(&key, &value)?;
@@ -217,6 +260,7 @@ fn fill_mapping<'py>(
 
 fn make_node<'py>(
     py: Python<'py>,
+    face: Face,
     node: &Node,
     children: impl ExactSizeIterator<Item = Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
@@ -231,14 +275,14 @@ fn make_node<'py>(
         Kind::List => list_from(py, children).into_any(),
         Kind::Dict => {
             let d = PyDict::new(py).into_any();
-            fill_mapping(py, &d, node, children)?;
+            fill_mapping(py, &d, node, children, face)?;
             d
         }
         Kind::NamedTuple => data().call1(tuple_from(py, children))?,
         Kind::StructSeq => data().call1((tuple_from(py, children),))?,
         Kind::OrderedDict => {
             let d = types::collections(py).ordered_dict.bind(py).call0()?;
-            fill_mapping(py, &d, node, children)?;
+            fill_mapping(py, &d, node, children, face)?;
             d
         }
         Kind::DefaultDict => {
@@ -246,7 +290,7 @@ fn make_node<'py>(
                 .default_dict
                 .bind(py)
                 .call1((data(),))?;
-            fill_mapping(py, &d, node, children)?;
+            fill_mapping(py, &d, node, children, face)?;
             d
         }
         Kind::Deque => {

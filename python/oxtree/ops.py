@@ -1,0 +1,1124 @@
+"""The tree algebra: prefix broadcasting, transposition, reductions, partition and friends.
+
+Everything here is written in Python on top of the Rust core (flatten, unflatten and the
+treespec methods), with optree's signatures and semantics plus JAX's extras
+(``inner_treespec=None`` in :func:`tree_transpose`, :func:`tree_reduce_associative`).
+
+>>> tree_broadcast_prefix((None, 0), (1, {'k1': 2, 'k2': 3}), none_is_leaf=True)
+(None, {'k1': 0, 'k2': 0})
+>>> tree_combine(*tree_partition(lambda x: x > 1, (1, [2, None], {'a': 3})))
+(1, [2, None], {'a': 3})
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import OrderedDict, defaultdict, deque
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from oxtree._core import (
+    DictKey,
+    FlattenedIndexKey,
+    GetAttrKey,
+    PyTreeKind,
+    PyTreeSpec,
+    SequenceKey,
+    _rebuild_treespec,
+    keystr,
+    tree_flatten,
+    tree_leaves,
+    tree_map,
+    tree_map_with_path,
+    tree_structure,
+)
+from oxtree.accessors import tree_map_with_accessor
+
+__all__ = [
+    # Prefix trees and broadcasting.
+    "tree_broadcast_prefix",
+    "broadcast_prefix",
+    "tree_broadcast_common",
+    "broadcast_common",
+    "tree_broadcast_map",
+    "tree_broadcast_map_with_path",
+    "prefix_errors",
+    # Transposition.
+    "tree_transpose",
+    "tree_transpose_map",
+    "tree_transpose_map_with_path",
+    # Reductions.
+    "tree_reduce",
+    "tree_reduce_associative",
+    "tree_sum",
+    "tree_max",
+    "tree_min",
+    "tree_all",
+    "tree_any",
+    # Partition and combine.
+    "tree_partition",
+    "tree_combine",
+    # Odds and ends.
+    "FlattenOneLevelOutput",
+    "tree_flatten_one_level",
+    "tree_replace_nones",
+    "tree_map_with_path_",
+    "tree_map_with_accessor_",
+]
+
+
+class _Missing:
+    """The type of :data:`MISSING`, the default of arguments that may legitimately be None."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<MISSING>"
+
+    def __reduce__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
+
+class _Hole:
+    """A placeholder leaf in the skeleton trees built while broadcasting (never returned)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "*"
+
+
+_HOLE = _Hole()
+
+_DICT_KINDS = frozenset({PyTreeKind.DICT, PyTreeKind.ORDEREDDICT, PyTreeKind.DEFAULTDICT})
+
+
+# --------------------------------------------------------------------------------------------------
+# Helpers: one-level views of nodes, describing and comparing nodes, an iterative zip-walk.
+
+
+def _one_level_spec(obj: Any, none_is_leaf: bool, namespace: str) -> PyTreeSpec:
+    """The treespec of ``obj``'s root node alone (a leaf spec when ``obj`` is a leaf)."""
+    return tree_structure(
+        obj, lambda x: x is not obj, none_is_leaf=none_is_leaf, namespace=namespace
+    )
+
+
+_KEY_TYPES = (SequenceKey, DictKey, GetAttrKey, FlattenedIndexKey)
+
+
+def _path_str(path: tuple[Any, ...]) -> str:
+    """``path`` in keystr form; a custom node's raw entries show as flat indices."""
+    return keystr(key if isinstance(key, _KEY_TYPES) else FlattenedIndexKey(key) for key in path)
+
+
+def _type_name(cls: type | None) -> str:
+    return "None" if cls is None or cls is type(None) else cls.__qualname__
+
+
+def _describe(spec: PyTreeSpec, obj: Any = MISSING) -> str:
+    """A short description of ``spec``'s root node, for error messages."""
+    if spec.is_leaf():
+        return "a leaf" if obj is MISSING else f"a leaf of type {_type_name(type(obj))}"
+    kind = spec.kind
+    name = _type_name(spec.type)
+    if kind == PyTreeKind.NONE:
+        return "None"
+    if kind in _DICT_KINDS:
+        return f"{name} with keys {list(spec.entries())!r}"
+    if kind == PyTreeKind.NAMEDTUPLE:
+        return f"namedtuple {name} of length {spec.num_children}"
+    if kind == PyTreeKind.CUSTOM:
+        return f"{name} node with {spec.num_children} children and node data {spec.node_data()!r}"
+    return f"{name} of length {spec.num_children}"
+
+
+def _node_mismatch(expected: PyTreeSpec, got: PyTreeSpec) -> str | None:
+    """Why ``got``'s root node cannot stand where ``expected``'s does (None when it can).
+
+    Like optree, the three dict kinds are interchangeable (their keys must match as sets) and a
+    deque's maxlen is not compared.
+    """
+    if got.is_leaf() or expected.is_leaf():
+        return "different types" if got.is_leaf() != expected.is_leaf() else None
+    if expected.kind in _DICT_KINDS and got.kind in _DICT_KINDS:
+        expected_keys, got_keys = list(expected.entries()), list(got.entries())
+        if set(expected_keys) == set(got_keys):
+            return None
+        missing = [key for key in expected_keys if key not in set(got_keys)]
+        extra = [key for key in got_keys if key not in set(expected_keys)]
+        parts = ["different keys"]
+        if missing:
+            parts.append(f"missing key(s) {missing!r}")
+        if extra:
+            parts.append(f"extra key(s) {extra!r}")
+        return "; ".join(parts)
+    if expected.kind != got.kind or expected.type is not got.type:
+        return "different types"
+    if expected.num_children != got.num_children:
+        return "different numbers of children"
+    if expected.kind == PyTreeKind.CUSTOM and not _same_data(expected.node_data(), got.node_data()):
+        return "different node data"
+    return None
+
+
+def _same_data(first: Any, second: Any) -> bool:
+    if first is second:
+        return True
+    try:
+        return bool(first == second)
+    except Exception:  # an array, say: not comparable, so not the same
+        return False
+
+
+def _matched_children(spec: PyTreeSpec, other: PyTreeSpec) -> list[PyTreeSpec]:
+    """``other``'s children in the order of ``spec``'s (by key for dicts, else by position)."""
+    if spec.kind in _DICT_KINDS:
+        position = {key: index for index, key in enumerate(other.entries())}
+        return [other.child(position[key]) for key in spec.entries()]
+    return other.children()
+
+
+def _zip_walk(root: Any, expand: Callable[[Any], tuple[bool, Any, Any]]) -> Any:
+    """Build a result bottom-up without recursion.
+
+    ``expand(item)`` returns ``(True, value, None)`` when ``item`` is finished, or
+    ``(False, rebuild, child_items)`` where ``rebuild(child_results)`` makes the item's value.
+    """
+    done, value, items = expand(root)
+    if done:
+        return value
+    stack: list[tuple[Callable[[list[Any]], Any], list[Any], list[Any]]] = [(value, items, [])]
+    while True:
+        rebuild, items, results = stack[-1]
+        if len(results) == len(items):
+            stack.pop()
+            value = rebuild(results)
+            if not stack:
+                return value
+            stack[-1][2].append(value)
+            continue
+        done, value, child_items = expand(items[len(results)])
+        if done:
+            results.append(value)
+        else:
+            stack.append((value, child_items, []))
+
+
+# --------------------------------------------------------------------------------------------------
+# Prefix trees and broadcasting.
+
+
+def _broadcast_pieces(
+    prefix_spec: PyTreeSpec,
+    full_tree: Any,
+    is_leaf: Callable[[Any], bool] | None,
+    none_is_leaf: bool,
+    namespace: str,
+) -> list[PyTreeSpec | None]:
+    """For each leaf of ``prefix_spec``, the structure of the subtree of ``full_tree`` under it
+    (None where that subtree is a placeholder leaf of a skeleton)."""
+    pieces: list[PyTreeSpec | None] = []
+    for subtree in prefix_spec.flatten_up_to(full_tree):
+        if subtree is _HOLE:
+            pieces.append(None)
+        else:
+            pieces.append(
+                tree_structure(subtree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
+            )
+    return pieces
+
+
+def _spread(value: Any, piece: PyTreeSpec | None) -> Any:
+    return value if piece is None else piece.unflatten([value] * piece.num_leaves)
+
+
+def _repeat_leaves(leaves: list[Any], pieces: list[PyTreeSpec | None]) -> list[Any]:
+    out: list[Any] = []
+    for value, piece in zip(leaves, pieces, strict=True):
+        if piece is None:
+            out.append(value)
+        else:
+            out.extend([value] * piece.num_leaves)
+    return out
+
+
+def tree_broadcast_prefix(
+    prefix_tree: Any,
+    full_tree: Any,
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Any:
+    """``prefix_tree`` with each leaf repeated over the subtree of ``full_tree`` under it.
+
+    ``prefix_tree`` must be a prefix of ``full_tree`` (as ``vmap``'s ``in_axes`` is of the
+    arguments); the nodes above its leaves are kept as they are in ``prefix_tree``. A mismatch
+    raises ValueError naming the key path.
+
+    >>> tree_broadcast_prefix((None, 0), (1, {'k1': 2, 'k2': 3}), none_is_leaf=True)
+    (None, {'k1': 0, 'k2': 0})
+    >>> tree_broadcast_prefix(7, [1, (2, None)])
+    [7, (7, None)]
+    """
+    leaves, spec = tree_flatten(
+        prefix_tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+    )
+    pieces = _broadcast_pieces(spec, full_tree, is_leaf, none_is_leaf, namespace)
+    return spec.unflatten(map(_spread, leaves, pieces))
+
+
+def broadcast_prefix(
+    prefix_tree: Any,
+    full_tree: Any,
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> list[Any]:
+    """The leaves of :func:`tree_broadcast_prefix`: each prefix leaf once per leaf under it.
+
+    >>> broadcast_prefix((1, 2), ([3, 4], {'a': 5}))
+    [1, 1, 2]
+    """
+    leaves, spec = tree_flatten(
+        prefix_tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+    )
+    pieces = _broadcast_pieces(spec, full_tree, is_leaf, none_is_leaf, namespace)
+    return _repeat_leaves(leaves, pieces)
+
+
+def _python_common_suffix(first: PyTreeSpec, second: PyTreeSpec) -> PyTreeSpec:
+    """optree's lenient common suffix (dict kinds interchangeable, deque maxlen ignored), built
+    one level at a time; the node types where both have a node are ``first``'s."""
+
+    def expand(item: tuple[PyTreeSpec, PyTreeSpec, tuple[Any, ...]]) -> tuple[bool, Any, Any]:
+        a, b, path = item
+        if a.is_leaf():
+            return True, b.unflatten([_HOLE] * b.num_leaves), None
+        if b.is_leaf():
+            return True, a.unflatten([_HOLE] * a.num_leaves), None
+        reason = _node_mismatch(a, b)
+        if reason is not None:
+            raise ValueError(
+                f"tree structure mismatch at tree{_path_str(path)}: {reason}: "
+                f"expected {_describe(a)}, got {_describe(b)}"
+            )
+        node = a.one_level()
+        assert node is not None
+        keys = [path + key for key in node.key_paths()]
+        items = list(zip(a.children(), _matched_children(a, b), keys, strict=True))
+        return False, node.unflatten, items
+
+    skeleton = _zip_walk((first, second, ()), expand)
+    return tree_structure(
+        skeleton,
+        none_is_leaf=first.none_is_leaf,
+        namespace=first.namespace or second.namespace,
+    )
+
+
+def _common_suffix(first: PyTreeSpec, second: PyTreeSpec) -> PyTreeSpec:
+    """The smallest structure both treespecs are prefixes of."""
+    try:
+        return first.broadcast_to_common_suffix(second)
+    except ValueError:
+        # The core is strict about dict kinds and deque maxlen where optree is lenient: redo it
+        # here, which either succeeds or raises with the key path of the real mismatch.
+        return _python_common_suffix(first, second)
+
+
+def _broadcast_all(
+    trees: tuple[Any, ...],
+    is_leaf: Callable[[Any], bool] | None,
+    none_is_leaf: bool,
+    namespace: str,
+) -> list[tuple[PyTreeSpec, list[Any], list[PyTreeSpec | None]]]:
+    """For each tree: its treespec, its leaves and the structure to spread each leaf over."""
+    flat = [
+        tree_flatten(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
+        for tree in trees
+    ]
+    common = functools.reduce(_common_suffix, [spec for _, spec in flat])
+    skeleton = common.unflatten([_HOLE] * common.num_leaves)
+    return [
+        (spec, leaves, _broadcast_pieces(spec, skeleton, None, none_is_leaf, namespace))
+        for leaves, spec in flat
+    ]
+
+
+def tree_broadcast_common(
+    tree: Any,
+    other_tree: Any,
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> tuple[Any, Any]:
+    """Both trees broadcast to their common suffix structure.
+
+    Wherever one tree has a leaf and the other a subtree, the leaf is repeated over that
+    subtree's structure; each tree keeps its own nodes.
+
+    >>> tree_broadcast_common((1, {'a': 2}), ((3, 4), 5))
+    (((1, 1), {'a': 2}), ((3, 4), {'a': 5}))
+    """
+    results = [
+        spec.unflatten(map(_spread, leaves, pieces))
+        for spec, leaves, pieces in _broadcast_all(
+            (tree, other_tree), is_leaf, none_is_leaf, namespace
+        )
+    ]
+    return results[0], results[1]
+
+
+def broadcast_common(
+    tree: Any,
+    other_tree: Any,
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> tuple[list[Any], list[Any]]:
+    """The leaves of :func:`tree_broadcast_common`'s two trees.
+
+    >>> broadcast_common((1, {'a': 2}), ((3, 4), 5))
+    ([1, 1, 2], [3, 4, 5])
+    """
+    results = [
+        _repeat_leaves(leaves, pieces)
+        for _, leaves, pieces in _broadcast_all(
+            (tree, other_tree), is_leaf, none_is_leaf, namespace
+        )
+    ]
+    return results[0], results[1]
+
+
+def _broadcast_index_trees(
+    trees: tuple[Any, ...],
+    is_leaf: Callable[[Any], bool] | None,
+    none_is_leaf: bool,
+    namespace: str,
+) -> tuple[list[list[Any]], list[Any]]:
+    """Each tree broadcast to the common suffix with the *index* of its leaf at every leaf
+    position (ints are leaves whatever ``is_leaf`` says), plus each tree's leaves."""
+    values: list[list[Any]] = []
+    index_trees: list[Any] = []
+    for spec, leaves, pieces in _broadcast_all(trees, is_leaf, none_is_leaf, namespace):
+        values.append(leaves)
+        index_trees.append(spec.unflatten(map(_spread, range(len(leaves)), pieces)))
+    return values, index_trees
+
+
+def tree_broadcast_map(
+    func: Callable[..., Any],
+    tree: Any,
+    /,
+    *rests: Any,
+    is_leaf: Callable[[Any], bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Any:
+    """:func:`tree_map` after broadcasting all the trees to their common suffix structure.
+
+    >>> tree_broadcast_map(lambda x, y: x + y, (1, {'a': 2}), ([10, 20], 30))
+    ([11, 21], {'a': 32})
+    """
+    values, index_trees = _broadcast_index_trees((tree, *rests), is_leaf, none_is_leaf, namespace)
+
+    def call(*indices: int) -> Any:
+        return func(*(leaves[i] for leaves, i in zip(values, indices, strict=True)))
+
+    return tree_map(call, *index_trees, none_is_leaf=none_is_leaf, namespace=namespace)
+
+
+def tree_broadcast_map_with_path(
+    func: Callable[..., Any],
+    tree: Any,
+    /,
+    *rests: Any,
+    is_leaf: Callable[[Any], bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Any:
+    """:func:`tree_broadcast_map` with the path of each leaf (in the common structure) as
+    ``func``'s first argument.
+
+    >>> tree_broadcast_map_with_path(lambda p, x, y: (p, x + y), {'a': 1}, {'a': [2, 3]})
+    {'a': [(('a', 0), 3), (('a', 1), 4)]}
+    """
+    values, index_trees = _broadcast_index_trees((tree, *rests), is_leaf, none_is_leaf, namespace)
+
+    def call(path: tuple[Any, ...], *indices: int) -> Any:
+        return func(path, *(leaves[i] for leaves, i in zip(values, indices, strict=True)))
+
+    return tree_map_with_path(call, *index_trees, none_is_leaf=none_is_leaf, namespace=namespace)
+
+
+def _shorten(obj: Any, limit: int = 200) -> str:
+    text = repr(obj)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _prefix_error(path: tuple[Any, ...], reason: str, expected: str, got: str, subtree: str) -> Any:
+    location = _path_str(path)
+
+    def make(name: str) -> ValueError:
+        where = f"{name}{location}" if location else f"{name} (the tree root)"
+        return ValueError(
+            f"pytree structure error at key path {where}: {reason}: the prefix tree {name} has "
+            f"{expected} there, but the full tree has {got}: {subtree}"
+        )
+
+    return make
+
+
+def prefix_errors(
+    prefix_tree: Any,
+    full_tree: Any,
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> list[Callable[[str], ValueError]]:
+    """Every place where ``prefix_tree`` is not a prefix of ``full_tree``, left to right.
+
+    Each error is a callable taking the prefix tree's name (as in ``in_axes``) and returning a
+    ValueError whose message names the key path of the mismatch. An empty list means
+    ``prefix_tree`` is a prefix of ``full_tree``.
+
+    >>> for make_error in prefix_errors((None, {'k': (0, 1)}), (1, {'k': [2, 3]})):
+    ...     print(make_error('in_axes'))
+    pytree structure error at key path in_axes[0]: different types: the prefix tree in_axes has None there, but the full tree has a leaf of type int: 1
+    pytree structure error at key path in_axes[1]['k']: different types: the prefix tree in_axes has tuple of length 2 there, but the full tree has list of length 2: [2, 3]
+    >>> prefix_errors((None, 0), (None, {'k': [2, 3]}))
+    []
+    """
+    spec = tree_structure(prefix_tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
+    try:
+        spec.flatten_up_to(full_tree)
+    except ValueError:
+        pass
+    else:
+        return []
+    errors: list[Callable[[str], ValueError]] = []
+    stack: list[tuple[PyTreeSpec, Any, tuple[Any, ...]]] = [(spec, full_tree, ())]
+    while stack:
+        node_spec, subtree, path = stack.pop()
+        node = node_spec.one_level()
+        if node is None:
+            continue
+        try:
+            children = node.flatten_up_to(subtree)
+        except ValueError:
+            got = _one_level_spec(subtree, none_is_leaf, namespace)
+            reason = _node_mismatch(node_spec, got) or "different structures"
+            errors.append(
+                _prefix_error(
+                    path, reason, _describe(node_spec), _describe(got, subtree), _shorten(subtree)
+                )
+            )
+            continue
+        keys = node.key_paths()
+        stack.extend(
+            (child_spec, child, path + key)
+            for child_spec, child, key in reversed(
+                list(zip(node_spec.children(), children, keys, strict=True))
+            )
+        )
+    return errors
+
+
+# --------------------------------------------------------------------------------------------------
+# Transposition.
+
+
+def tree_transpose(
+    outer_treespec: PyTreeSpec,
+    inner_treespec: PyTreeSpec | None,
+    tree: Any,
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+) -> Any:
+    """Turn a tree of structure ``outer`` of trees of structure ``inner`` inside out.
+
+    ``inner_treespec=None`` (JAX's convenience) takes the inner structure from the subtree
+    under the first leaf of ``outer_treespec``. As in optree and JAX, only the total number of
+    leaves is checked against the two structures (TypeError when it is wrong).
+
+    >>> outer = tree_structure([0, 0])
+    >>> inner = tree_structure({'a': 0, 'b': 0})
+    >>> tree_transpose(outer, inner, [{'a': 1, 'b': 2}, {'a': 3, 'b': 4}])
+    {'a': [1, 3], 'b': [2, 4]}
+    >>> tree_transpose(outer, None, [(1, 2), (3, 4)])
+    ([1, 3], [2, 4])
+    """
+    none_is_leaf = outer_treespec.none_is_leaf
+    if inner_treespec is None:
+        if outer_treespec.num_leaves == 0:
+            raise ValueError(
+                "Tree structures must have at least one leaf: cannot infer the inner "
+                f"structure under an outer structure with no leaves, {outer_treespec}."
+            )
+        inner_treespec = tree_structure(
+            outer_treespec.flatten_up_to(tree)[0],
+            is_leaf,
+            none_is_leaf=none_is_leaf,
+            namespace=outer_treespec.namespace,
+        )
+    if inner_treespec.none_is_leaf != none_is_leaf:
+        raise ValueError("Tree structures must have the same none_is_leaf value.")
+    outer_size, inner_size = outer_treespec.num_leaves, inner_treespec.num_leaves
+    if outer_size == 0 or inner_size == 0:
+        raise ValueError(
+            f"Tree structures must have at least one leaf; got outer {outer_treespec} "
+            f"and inner {inner_treespec}."
+        )
+    leaves, spec = tree_flatten(
+        tree,
+        is_leaf,
+        none_is_leaf=none_is_leaf,
+        namespace=outer_treespec.namespace or inner_treespec.namespace,
+    )
+    if len(leaves) != outer_size * inner_size:
+        raise TypeError(
+            f"Tree structure mismatch; expected: {outer_treespec.compose(inner_treespec)}, "
+            f"got: {spec}."
+        )
+    return inner_treespec.unflatten(
+        outer_treespec.unflatten(leaves[column::inner_size]) for column in range(inner_size)
+    )
+
+
+def _transpose_outputs(
+    outer: PyTreeSpec,
+    outputs: list[Any],
+    inner_treespec: PyTreeSpec | None,
+    is_leaf: Callable[[Any], bool] | None,
+    none_is_leaf: bool,
+    namespace: str,
+) -> Any:
+    if inner_treespec is None:
+        if not outputs:
+            raise ValueError(
+                f"The outer structure must have at least one leaf to infer the inner structure "
+                f"from; got {outer}."
+            )
+        inner_treespec = tree_structure(
+            outputs[0], is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+        )
+        if inner_treespec.num_leaves == 0:
+            raise ValueError(
+                f"The inner structure must have at least one leaf; got {inner_treespec}."
+            )
+    grouped = [inner_treespec.flatten_up_to(output) for output in outputs]
+    columns = [[row[j] for row in grouped] for j in range(inner_treespec.num_leaves)]
+    return inner_treespec.unflatten(outer.unflatten(column) for column in columns)
+
+
+def tree_transpose_map(
+    func: Callable[..., Any],
+    tree: Any,
+    /,
+    *rests: Any,
+    inner_treespec: PyTreeSpec | None = None,
+    is_leaf: Callable[[Any], bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Any:
+    """Map ``func`` (which returns a tree) over the leaves, then transpose: the result has the
+    outputs' structure outside and the input's inside.
+
+    The inner structure is ``inner_treespec``, or that of the first output; every output must
+    match it (ValueError naming the key path otherwise).
+
+    >>> tree_transpose_map(lambda x: {'id': x, 'sq': x * x}, [1, (2, 3)])
+    {'id': [1, (2, 3)], 'sq': [1, (4, 9)]}
+    """
+    outer = tree_structure(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
+    mapped = tree_map(
+        func, tree, *rests, is_leaf=is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+    )
+    outputs = outer.flatten_up_to(mapped)
+    return _transpose_outputs(outer, outputs, inner_treespec, is_leaf, none_is_leaf, namespace)
+
+
+def tree_transpose_map_with_path(
+    func: Callable[..., Any],
+    tree: Any,
+    /,
+    *rests: Any,
+    inner_treespec: PyTreeSpec | None = None,
+    is_leaf: Callable[[Any], bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Any:
+    """:func:`tree_transpose_map` with each leaf's path as ``func``'s first argument.
+
+    >>> tree_transpose_map_with_path(lambda p, x: {'path': p, 'x': x}, {'a': 1, 'b': 2},
+    ...                              inner_treespec=tree_structure({'path': 0, 'x': 0}))
+    {'path': {'a': ('a',), 'b': ('b',)}, 'x': {'a': 1, 'b': 2}}
+    """
+    outer = tree_structure(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
+    mapped = tree_map_with_path(
+        func, tree, *rests, is_leaf=is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+    )
+    outputs = outer.flatten_up_to(mapped)
+    return _transpose_outputs(outer, outputs, inner_treespec, is_leaf, none_is_leaf, namespace)
+
+
+# --------------------------------------------------------------------------------------------------
+# Reductions.
+
+
+def tree_reduce(
+    func: Callable[[Any, Any], Any],
+    tree: Any,
+    /,
+    initial: Any = MISSING,
+    *,
+    is_leaf: Callable[[Any], bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Any:
+    """Fold ``func`` over the leaves from left to right, starting from ``initial`` if given.
+
+    An empty tree without ``initial`` raises TypeError (as :func:`functools.reduce` does).
+
+    >>> tree_reduce(lambda a, b: a * b, [2, (3, None), {'x': 4}])
+    24
+    >>> tree_reduce(lambda a, b: a + b, (), 'start')
+    'start'
+    """
+    leaves = tree_leaves(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
+    if initial is MISSING:
+        return functools.reduce(func, leaves)
+    return functools.reduce(func, leaves, initial)
+
+
+def _pairwise(operation: Callable[[Any, Any], Any], values: list[Any]) -> Any:
+    """Reduce a non-empty list as a balanced tree: the left half, then the right half."""
+    if len(values) == 1:
+        return values[0]
+    middle = len(values) // 2
+    return operation(_pairwise(operation, values[:middle]), _pairwise(operation, values[middle:]))
+
+
+def tree_reduce_associative(
+    operation: Callable[[Any, Any], Any],
+    tree: Any,
+    *,
+    identity: Any = MISSING,
+    is_leaf: Callable[[Any], bool] | None = None,
+) -> Any:
+    """Reduce the leaves with an associative ``operation``, pairwise (a balanced tree of calls,
+    as ``jax.tree_util.tree_reduce_associative`` does).
+
+    ``identity`` is returned for an empty tree (TypeError without it) and is otherwise unused.
+
+    >>> tree_reduce_associative(lambda a, b: f'({a}+{b})', [1, 2, (3, 4, 5)])
+    '((1+2)+(3+(4+5)))'
+    >>> tree_reduce_associative(lambda a, b: a + b, {}, identity=0)
+    0
+    """
+    leaves = tree_leaves(tree, is_leaf)
+    if not leaves:
+        if identity is MISSING:
+            raise TypeError("Must specify identity for parallel reduction of empty sequence.")
+        return identity
+    return _pairwise(operation, leaves)
+
+
+def tree_sum(
+    tree: Any,
+    /,
+    start: Any = 0,
+    *,
+    is_leaf: Callable[[Any], bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Any:
+    """The sum of the leaves, added to ``start`` (like :func:`sum`).
+
+    >>> tree_sum({'a': 1, 'b': (2, None, 3)})
+    6
+    >>> tree_sum([[1], [2, 3]], start=[], is_leaf=lambda x: x and type(x[0]) is int)
+    [1, 2, 3]
+    """
+    return sum(tree_leaves(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace), start)
+
+
+def tree_max(
+    tree: Any,
+    /,
+    *,
+    default: Any = MISSING,
+    key: Callable[[Any], Any] | None = None,
+    is_leaf: Callable[[Any], bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Any:
+    """The largest leaf (like :func:`max`: ``default`` for an empty tree, else ValueError).
+
+    >>> tree_max({'a': 1, 'b': (5, None, 3)})
+    5
+    >>> tree_max((), default=-1)
+    -1
+    """
+    leaves = tree_leaves(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
+    if default is MISSING:
+        return max(leaves, key=key)
+    return max(leaves, default=default, key=key)
+
+
+def tree_min(
+    tree: Any,
+    /,
+    *,
+    default: Any = MISSING,
+    key: Callable[[Any], Any] | None = None,
+    is_leaf: Callable[[Any], bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Any:
+    """The smallest leaf (like :func:`min`: ``default`` for an empty tree, else ValueError).
+
+    >>> tree_min({'a': 4, 'b': (5, None, 3)})
+    3
+    >>> tree_min([-2, 1], key=abs)
+    1
+    """
+    leaves = tree_leaves(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
+    if default is MISSING:
+        return min(leaves, key=key)
+    return min(leaves, default=default, key=key)
+
+
+def tree_all(
+    tree: Any,
+    /,
+    *,
+    is_leaf: Callable[[Any], bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> bool:
+    """Whether every leaf is truthy (True for a tree without leaves).
+
+    >>> tree_all([1, (True, None)]), tree_all({'a': 0}), tree_all([])
+    (True, False, True)
+    """
+    return all(tree_leaves(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace))
+
+
+def tree_any(
+    tree: Any,
+    /,
+    *,
+    is_leaf: Callable[[Any], bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> bool:
+    """Whether some leaf is truthy (False for a tree without leaves).
+
+    >>> tree_any([0, (False, None)]), tree_any({'a': 0, 'b': 'x'}), tree_any([])
+    (False, True, False)
+    """
+    return any(tree_leaves(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace))
+
+
+# --------------------------------------------------------------------------------------------------
+# Partition and combine.
+
+
+def tree_partition(
+    predicate: Callable[[Any], bool],
+    tree: Any,
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    fillvalue: Any = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> tuple[Any, Any]:
+    """Split ``tree`` into two trees of its structure: a leaf goes left where ``predicate`` is
+    truthy and right otherwise, with ``fillvalue`` in its place on the other side.
+
+    ``predicate`` is called once per leaf. :func:`tree_combine` undoes the split.
+
+    >>> tree_partition(lambda x: x > 1, (1, [2, None], {'a': 3}))
+    ((None, [2, None], {'a': 3}), (1, [None, None], {'a': None}))
+    """
+    leaves, spec = tree_flatten(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
+    flags = [bool(predicate(leaf)) for leaf in leaves]
+    left = [leaf if flag else fillvalue for leaf, flag in zip(leaves, flags, strict=True)]
+    right = [fillvalue if flag else leaf for leaf, flag in zip(leaves, flags, strict=True)]
+    return spec.unflatten(left), spec.unflatten(right)
+
+
+def tree_combine(
+    *trees: Any,
+    fillvalue: Any = None,
+    is_leaf: Callable[[Any], bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Any:
+    """Merge trees that hold ``fillvalue`` wherever they hold nothing (the inverse of
+    :func:`tree_partition`).
+
+    At each position the one value that is not ``fillvalue`` (compared by identity) is taken,
+    whole: a ``fillvalue`` may stand for a subtree of another tree. Where several trees hold a
+    value, they must all be nodes of the same structure, merged child by child; two values at
+    the same leaf raise ValueError naming the key path. Node types and dict key order come from
+    the first tree with a value there.
+
+    >>> tree_combine((None, [2, None], {'a': 3}), (1, [None, None], {'a': None}))
+    (1, [2, None], {'a': 3})
+    >>> tree_combine([0, [0, 5]], [[1, 2], 0], fillvalue=0)
+    [[1, 2], [0, 5]]
+    """
+    if not trees:
+        raise TypeError("tree_combine() needs at least one tree")
+
+    def expand(item: tuple[list[Any], tuple[Any, ...]]) -> tuple[bool, Any, Any]:
+        values, path = item
+        present = [value for value in values if value is not fillvalue]
+        if not present:
+            return True, fillvalue, None
+        if len(present) == 1:
+            return True, present[0], None
+        first = present[0]
+        if is_leaf is not None and is_leaf(first):
+            node = None
+        else:
+            node = _one_level_spec(first, none_is_leaf, namespace).one_level()
+        if node is None:
+            raise ValueError(
+                f"tree_combine: {len(present)} trees hold a value at tree{_path_str(path)} "
+                f"(expected at most one that is not the fillvalue {fillvalue!r}): "
+                f"{_shorten(present)}"
+            )
+        rows = []
+        for value in present:
+            try:
+                rows.append(node.flatten_up_to(value))
+            except ValueError as error:
+                raise ValueError(
+                    f"tree_combine: the trees differ at tree{_path_str(path)}: {error}"
+                ) from None
+        keys = node.key_paths()
+        items = [([row[i] for row in rows], path + keys[i]) for i in range(len(keys))]
+        return False, node.unflatten, items
+
+    return _zip_walk((list(trees), ()), expand)
+
+
+# --------------------------------------------------------------------------------------------------
+# One-level flattening, None replacement, side-effect maps.
+
+
+class FlattenOneLevelOutput(NamedTuple):
+    """What :func:`tree_flatten_one_level` returns."""
+
+    children: list[Any]
+    metadata: Any
+    entries: tuple[Any, ...]
+    unflatten_func: Callable[[Any, list[Any]], Any]
+
+
+class _DictKeys(list):  # type: ignore[type-arg]
+    """A dict node's metadata: its keys in flattening (sorted) order, remembering the order the
+    dict was built in so that unflattening restores it."""
+
+    __slots__ = ("original_order",)
+
+    def __init__(self, keys: list[Any], original_order: list[Any]) -> None:
+        super().__init__(keys)
+        self.original_order = original_order
+
+
+def _dict_from(keys: Any, children: list[Any]) -> dict[Any, Any]:
+    mapping = dict(zip(keys, children, strict=True))
+    if isinstance(keys, _DictKeys) and set(keys.original_order) == set(mapping):
+        return {key: mapping[key] for key in keys.original_order}
+    return mapping
+
+
+def _unflatten_none(metadata: Any, children: list[Any]) -> None:
+    return None
+
+
+def _unflatten_tuple(metadata: Any, children: list[Any]) -> tuple[Any, ...]:
+    return tuple(children)
+
+
+def _unflatten_list(metadata: Any, children: list[Any]) -> list[Any]:
+    return list(children)
+
+
+def _unflatten_dict(metadata: Any, children: list[Any]) -> dict[Any, Any]:
+    return _dict_from(metadata, children)
+
+
+def _unflatten_namedtuple(metadata: Any, children: list[Any]) -> Any:
+    return metadata(*children)
+
+
+def _unflatten_ordereddict(metadata: Any, children: list[Any]) -> OrderedDict[Any, Any]:
+    return OrderedDict(zip(metadata, children, strict=True))
+
+
+def _unflatten_defaultdict(metadata: Any, children: list[Any]) -> defaultdict[Any, Any]:
+    factory, keys = metadata
+    return defaultdict(factory, _dict_from(keys, children))
+
+
+def _unflatten_deque(metadata: Any, children: list[Any]) -> deque[Any]:
+    return deque(children, maxlen=metadata)
+
+
+def _unflatten_structseq(metadata: Any, children: list[Any]) -> Any:
+    return metadata(children)
+
+
+_UNFLATTEN_BY_KIND: dict[PyTreeKind, Callable[[Any, list[Any]], Any]] = {
+    PyTreeKind.NONE: _unflatten_none,
+    PyTreeKind.TUPLE: _unflatten_tuple,
+    PyTreeKind.LIST: _unflatten_list,
+    PyTreeKind.DICT: _unflatten_dict,
+    PyTreeKind.NAMEDTUPLE: _unflatten_namedtuple,
+    PyTreeKind.ORDEREDDICT: _unflatten_ordereddict,
+    PyTreeKind.DEFAULTDICT: _unflatten_defaultdict,
+    PyTreeKind.DEQUE: _unflatten_deque,
+    PyTreeKind.STRUCTSEQUENCE: _unflatten_structseq,
+}
+
+
+def _custom_unflatten(node: PyTreeSpec) -> Callable[[Any, list[Any]], Any]:
+    """An unflatten function for a custom node, rebuilding through its one-level treespec."""
+    original = node.node_data()
+
+    def unflatten(metadata: Any, children: list[Any]) -> Any:
+        if metadata is original:
+            return node.unflatten(children)
+        # The core has no public way to fetch a type's registered unflatten function: swap the
+        # node data in the treespec's pickled state instead (nodes in post-order, so the root is
+        # the last node, and a node is `(kind, arity, node_data, ...)`).
+        rebuild, (state,) = node.__reduce__()
+        if rebuild is _rebuild_treespec:
+            for index, part in enumerate(state):
+                if (
+                    isinstance(part, tuple)
+                    and part
+                    and isinstance(part[-1], tuple)
+                    and len(part[-1]) > 2
+                    and part[-1][0] == PyTreeKind.CUSTOM
+                    and part[-1][2] is original
+                ):
+                    root = (*part[-1][:2], metadata, *part[-1][3:])
+                    new_state = (*state[:index], (*part[:-1], root), *state[index + 1 :])
+                    return _rebuild_treespec(new_state).unflatten(children)
+        raise TypeError(f"cannot rebuild a {_type_name(node.type)} node with different metadata")
+
+    return unflatten
+
+
+def tree_flatten_one_level(
+    tree: Any,
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> FlattenOneLevelOutput:
+    """Flatten the root node only: ``(children, metadata, entries, unflatten_func)``, where
+    ``unflatten_func(metadata, children)`` rebuilds the node. A leaf raises ValueError.
+
+    >>> children, metadata, entries, unflatten = tree_flatten_one_level({'b': 1, 'a': (2, 3)})
+    >>> children, metadata, entries
+    ([(2, 3), 1], ['a', 'b'], ('a', 'b'))
+    >>> unflatten(metadata, [20, 10])
+    {'b': 10, 'a': 20}
+    """
+    if is_leaf is not None and is_leaf(tree):
+        raise ValueError(f"Cannot flatten leaf-type: {type(tree)} (node: {_shorten(tree)}).")
+    children, spec = tree_flatten(
+        tree, lambda x: x is not tree, none_is_leaf=none_is_leaf, namespace=namespace
+    )
+    node = spec.one_level()
+    if node is None:
+        raise ValueError(f"Cannot flatten leaf-type: {type(tree)} (node: {_shorten(tree)}).")
+    kind = spec.kind
+    metadata = spec.node_data()
+    if kind == PyTreeKind.DICT:
+        metadata = _DictKeys(list(metadata), list(tree))
+    elif kind == PyTreeKind.DEFAULTDICT:
+        factory, keys = metadata
+        metadata = (factory, _DictKeys(list(keys), list(tree)))
+    unflatten = _UNFLATTEN_BY_KIND.get(kind) or _custom_unflatten(node)
+    return FlattenOneLevelOutput(children, metadata, tuple(spec.entries()), unflatten)
+
+
+def tree_replace_nones(sentinel: Any, tree: Any, /, namespace: str = "") -> Any:
+    """``tree`` with every None (a node by default) replaced by ``sentinel``.
+
+    >>> tree_replace_nones(0, (1, None, [None, {'a': None}]))
+    (1, 0, [0, {'a': 0}])
+    """
+    return tree_map(
+        lambda x: sentinel if x is None else x, tree, none_is_leaf=True, namespace=namespace
+    )
+
+
+def tree_map_with_path_(
+    func: Callable[..., Any],
+    tree: Any,
+    /,
+    *rests: Any,
+    is_leaf: Callable[[Any], bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Any:
+    """Call ``func(path, leaf, *rest_leaves)`` for its side effects; return ``tree`` itself.
+
+    >>> seen = []
+    >>> tree_map_with_path_(lambda p, x: seen.append((p, x)), {'b': [1], 'a': 2})
+    {'b': [1], 'a': 2}
+    >>> seen
+    [(('a',), 2), (('b', 0), 1)]
+    """
+    tree_map_with_path(
+        func, tree, *rests, is_leaf=is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+    )
+    return tree
+
+
+def tree_map_with_accessor_(
+    func: Callable[..., Any],
+    tree: Any,
+    /,
+    *rests: Any,
+    is_leaf: Callable[[Any], bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Any:
+    """Call ``func(accessor, leaf, *rest_leaves)`` for its side effects; return ``tree`` itself.
+
+    >>> seen = []
+    >>> tree_map_with_accessor_(lambda a, x: seen.append(a.codify('t')), {'x': [5, 6]})
+    {'x': [5, 6]}
+    >>> seen
+    ["t['x'][0]", "t['x'][1]"]
+    """
+    tree_map_with_accessor(
+        func, tree, *rests, is_leaf=is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+    )
+    return tree

@@ -1,0 +1,389 @@
+"""A drop-in for ``jax.tree_util``: JAX's names, signatures and semantics on oxtree's engine.
+
+Where optree and JAX differ this module does as JAX does: treedefs print in JAX's grammar
+(``PyTreeDef([*, (*, *)])``), dicts are rebuilt in sorted key order, deques and struct
+sequences are leaves, None is always a node without children. Registrations are shared with
+the main ``oxtree`` package: a type registered through either is a node in both.
+
+>>> from oxtree import tree_util as jtu
+>>> leaves, treedef = jtu.tree_flatten({'b': 1, 'a': (2, None)})
+>>> leaves, treedef
+([2, 1], PyTreeDef({'a': (*, None), 'b': *}))
+>>> jtu.tree_unflatten(treedef, [20, 10])
+{'a': (20, None), 'b': 10}
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from oxtree import _core
+from oxtree._core import (
+    DictKey,
+    FlattenedIndexKey,
+    GetAttrKey,
+    PyTreeSpec,
+    SequenceKey,
+    keystr,
+    registered_types,
+)
+from oxtree._core import register_pytree_node as _register_node
+from oxtree._core import register_static as _register_static
+from oxtree.functools import Partial
+from oxtree.registry import register_dataclass as _register_dataclass
+from oxtree.types import is_namedtuple_class
+
+_jax = _core.jax
+tree_flatten = _jax.tree_flatten
+tree_leaves = _jax.tree_leaves
+tree_structure = _jax.tree_structure
+tree_unflatten = _jax.tree_unflatten
+tree_map = _jax.tree_map
+all_leaves = _jax.all_leaves
+tree_flatten_with_path = _jax.tree_flatten_with_path
+tree_leaves_with_path = _jax.tree_leaves_with_path
+tree_map_with_path = _jax.tree_map_with_path
+
+#: JAX's treedef class (one class serves both faces; a treedef knows which it is).
+PyTreeDef = PyTreeSpec
+
+KeyEntry = TypeVar("KeyEntry", bound=Any)
+KeyLeafPair = tuple[KeyEntry, Any]
+KeyLeafPairs = Iterable[KeyLeafPair]
+KeyPath = tuple[KeyEntry, ...]
+
+_T = TypeVar("_T")
+_C = TypeVar("_C", bound=type)
+
+
+class Unspecified:
+    """The default of arguments that may be given as None."""
+
+    def __repr__(self) -> str:
+        return "<unspecified>"
+
+
+_UNSPECIFIED = Unspecified()
+
+
+def register_pytree_node(
+    nodetype: type[_T],
+    flatten_func: Callable[[_T], tuple[Iterable[Any], Hashable]],
+    unflatten_func: Callable[[Hashable, Iterable[Any]], _T],
+    flatten_with_keys_func: Callable[[_T], tuple[KeyLeafPairs, Hashable]] | None = None,
+) -> None:
+    """Registers ``nodetype`` as a pytree node, in the global namespace (JAX's signature).
+
+    >>> class Pair:
+    ...     def __init__(self, a, b): self.a, self.b = a, b
+    >>> register_pytree_node(Pair, lambda p: ((p.a, p.b), None), lambda _, c: Pair(*c))
+    >>> tree_structure(Pair(1, 2))
+    PyTreeDef(CustomNode(Pair[None], [*, *]))
+    """
+    _register_node(
+        nodetype, flatten_func, unflatten_func, flatten_with_keys_func=flatten_with_keys_func
+    )
+
+
+def register_pytree_node_class(cls: _C) -> _C:
+    """Registers a class with ``tree_flatten`` and classmethod ``tree_unflatten``; returns it."""
+    register_pytree_node(cls, cls.tree_flatten, cls.tree_unflatten)  # type: ignore[attr-defined]
+    return cls
+
+
+def register_pytree_with_keys(
+    nodetype: type[_T],
+    flatten_with_keys: Callable[[_T], tuple[KeyLeafPairs, Hashable]],
+    unflatten_func: Callable[[Hashable, Iterable[Any]], _T],
+    flatten_func: Callable[[_T], tuple[Iterable[Any], Hashable]] | None = None,
+) -> None:
+    """Registers ``nodetype`` with a flatten function that names each child's key.
+
+    >>> class Box:
+    ...     def __init__(self, v): self.v = v
+    >>> register_pytree_with_keys(
+    ...     Box, lambda b: (((GetAttrKey('v'), b.v),), None), lambda _, c: Box(*c))
+    >>> keystr(tree_leaves_with_path(Box(1))[0][0])
+    '.v'
+    """
+    if flatten_func is None:
+
+        def flatten_func(obj: _T) -> tuple[list[Any], Hashable]:
+            pairs, aux = flatten_with_keys(obj)
+            return [child for _, child in pairs], aux
+
+    register_pytree_node(nodetype, flatten_func, unflatten_func, flatten_with_keys)
+
+
+def register_pytree_with_keys_class(cls: _C) -> _C:
+    """Registers a class with ``tree_flatten_with_keys`` and ``tree_unflatten``; returns it."""
+    flatten = getattr(cls, "tree_flatten", None)
+    register_pytree_with_keys(
+        cls,
+        cls.tree_flatten_with_keys,  # type: ignore[attr-defined]
+        cls.tree_unflatten,  # type: ignore[attr-defined]
+        flatten,
+    )
+    return cls
+
+
+def register_dataclass(
+    nodetype: _C,
+    data_fields: Sequence[str] | None = None,
+    meta_fields: Sequence[str] | None = None,
+    drop_fields: Sequence[str] = (),
+) -> _C:
+    """Registers a dataclass: data fields are children, meta fields static (JAX's rules)."""
+    return _register_dataclass(nodetype, data_fields, meta_fields, drop_fields)
+
+
+def register_static(cls: _C) -> _C:
+    """Registers ``cls`` as a leafless node whose (hashable) instances live in the treedef."""
+    return _register_static(cls)
+
+
+def treedef_is_leaf(treedef: PyTreeDef) -> bool:
+    """Whether the treedef is a single node (a leaf, or None)."""
+    return treedef.num_nodes == 1
+
+
+def treedef_children(treedef: PyTreeDef) -> list[PyTreeDef]:
+    """The treedefs of the root's children."""
+    return treedef.children()
+
+
+def treedef_tuple(treedefs: Iterable[PyTreeDef]) -> PyTreeDef:
+    """The treedef of a tuple of the given treedefs.
+
+    >>> treedef_tuple([tree_structure(1), tree_structure(None)])
+    PyTreeDef((*, None))
+    """
+    children = list(treedefs)
+    return PyTreeDef.from_node_data_and_children(default_registry, (tuple, None), children)
+
+
+def tree_all(tree: Any, *, is_leaf: Callable[[Any], bool] | None = None) -> bool:
+    """Whether every leaf is truthy.
+
+    >>> tree_all([True, {'a': 1}]), tree_all([True, 0])
+    (True, False)
+    """
+    return all(tree_leaves(tree, is_leaf))
+
+
+def tree_reduce(
+    function: Callable[[_T, Any], _T],
+    tree: Any,
+    initializer: Any = _UNSPECIFIED,
+    is_leaf: Callable[[Any], bool] | None = None,
+) -> _T:
+    """``functools.reduce`` over the leaves.
+
+    >>> tree_reduce(lambda a, b: a + b, [1, (2, 3)])
+    6
+    """
+    if initializer is _UNSPECIFIED:
+        return functools.reduce(function, tree_leaves(tree, is_leaf))
+    return functools.reduce(function, tree_leaves(tree, is_leaf), initializer)
+
+
+def tree_reduce_associative(
+    operation: Callable[[_T, _T], _T],
+    tree: Any,
+    *,
+    identity: Any = _UNSPECIFIED,
+    is_leaf: Callable[[Any], bool] | None = None,
+) -> _T:
+    """Reduces the leaves pairwise, in a balanced tree of calls (``operation`` associative).
+
+    >>> tree_reduce_associative(lambda a, b: a + b, [1, 2, 3, 4])
+    10
+    """
+    items = tree_leaves(tree, is_leaf)
+    if not items:
+        if identity is _UNSPECIFIED:
+            raise ValueError("Must specify identity for parallel reduction of empty tree")
+        return identity
+    while len(items) > 1:
+        paired = [operation(a, b) for a, b in zip(items[::2], items[1::2], strict=False)]
+        if len(items) % 2:
+            paired.append(items[-1])
+        items = paired
+    return items[0]
+
+
+def tree_transpose(
+    outer_treedef: PyTreeDef, inner_treedef: PyTreeDef | None, pytree_to_transpose: Any
+) -> Any:
+    """Turns a tree of trees (outer of inner) into a tree of trees (inner of outer).
+
+    >>> tree_transpose(tree_structure([0, 0]), None, [(1, 2), (3, 4)])
+    ([1, 3], [2, 4])
+    """
+    flat, treedef = tree_flatten(pytree_to_transpose)
+    if inner_treedef is None:
+        inner_treedef = tree_structure(outer_treedef.flatten_up_to(pytree_to_transpose)[0])
+    inner_size, outer_size = inner_treedef.num_leaves, outer_treedef.num_leaves
+    expected = outer_treedef.compose(inner_treedef)
+    if treedef != expected:
+        raise TypeError(f"Mismatch\n{treedef}\n != \n{expected}")
+    rows = [flat[i * inner_size : (i + 1) * inner_size] for i in range(outer_size)]
+    columns = [outer_treedef.unflatten(col) for col in zip(*rows, strict=True)] if rows else []
+    if not rows:
+        columns = [outer_treedef.unflatten([]) for _ in range(inner_size)]
+    return inner_treedef.unflatten(columns)
+
+
+def tree_broadcast(
+    prefix_tree: Any, full_tree: Any, is_leaf: Callable[[Any], bool] | None = None
+) -> Any:
+    """Repeats each leaf of ``prefix_tree`` over the matching subtree of ``full_tree``.
+
+    >>> tree_broadcast((None, 0), (None, {'k1': 1, 'k2': 2}))
+    (None, {'k1': 0, 'k2': 0})
+    """
+    prefix_leaves, prefix_def = tree_flatten(prefix_tree, is_leaf)
+    subtrees = prefix_def.flatten_up_to(full_tree)
+    full_def = tree_structure(full_tree, is_leaf)
+    out: list[Any] = []
+    for leaf, sub in zip(prefix_leaves, subtrees, strict=True):
+        out.extend([leaf] * tree_structure(sub, is_leaf).num_leaves)
+    return full_def.unflatten(out)
+
+
+def _one_level(tree: Any) -> tuple[list[Any], PyTreeDef]:
+    children, treedef = tree_flatten(tree, lambda x: x is not tree)
+    if treedef.num_nodes == 1 and treedef.num_leaves == 1:
+        raise ValueError(f"can't tree-flatten type: {type(tree)}")
+    return children, treedef
+
+
+def _aux(treedef: PyTreeDef) -> Any:
+    typ, data = treedef.node_data()
+    if typ is dict:
+        return tuple(data)
+    if is_namedtuple_class(typ):
+        return typ
+    return data
+
+
+def flatten_one_level(tree: Any) -> tuple[Iterable[Any], Hashable]:
+    """The children of the root and its aux data; ValueError for a leaf.
+
+    >>> flatten_one_level({'b': 1, 'a': 2})
+    ([2, 1], ('a', 'b'))
+    """
+    children, treedef = _one_level(tree)
+    return children, _aux(treedef)
+
+
+def flatten_one_level_with_keys(tree: Any) -> tuple[Iterable[KeyLeafPair], Hashable]:
+    """The ``(key, child)`` pairs of the root and its aux data.
+
+    >>> flatten_one_level_with_keys([5])
+    ([(SequenceKey(idx=0), 5)], None)
+    """
+    pairs, treedef = tree_flatten_with_path(tree, lambda p, x: len(p) == 1, True)
+    if treedef.num_nodes == 1 and treedef.num_leaves == 1:
+        raise ValueError(f"can't tree-flatten type: {type(tree)}")
+    return [(path[0], child) for path, child in pairs], _aux(treedef.one_level() or treedef)
+
+
+def is_tree_node(typ: type) -> bool:
+    """Whether instances of ``typ`` are pytree nodes (not leaves) to JAX.
+
+    >>> is_tree_node(list), is_tree_node(int)
+    (True, False)
+    """
+    builtin = (tuple, list, dict, type(None), collections.OrderedDict, collections.defaultdict)
+    return typ in builtin or is_namedtuple_class(typ) or typ in registered_types()
+
+
+class PyTreeRegistry:
+    """JAX's registry object; oxtree has one registry, shared by both faces."""
+
+    def flatten(
+        self, tree: Any, leaf_predicate: Callable[[Any], bool] | None = None
+    ) -> tuple[list[Any], PyTreeDef]:
+        return tree_flatten(tree, leaf_predicate)
+
+    def flatten_with_path(
+        self, tree: Any, leaf_predicate: Callable[..., bool] | None = None
+    ) -> tuple[list[tuple[KeyPath, Any]], PyTreeDef]:
+        return tree_flatten_with_path(tree, leaf_predicate)
+
+    def flatten_one_level(self, tree: Any) -> tuple[Iterable[Any], Hashable] | None:
+        try:
+            return flatten_one_level(tree)
+        except ValueError:
+            return None
+
+    def flatten_one_level_with_keys(
+        self, tree: Any
+    ) -> tuple[Iterable[KeyLeafPair], Hashable] | None:
+        try:
+            return flatten_one_level_with_keys(tree)
+        except ValueError:
+            return None
+
+    def is_node(self, typ: type) -> bool:
+        return is_tree_node(typ)
+
+    def register_node(
+        self,
+        nodetype: type,
+        to_iterable: Callable[..., Any],
+        from_iterable: Callable[..., Any],
+        to_iterable_with_keys: Callable[..., Any] | None = None,
+    ) -> None:
+        register_pytree_node(nodetype, to_iterable, from_iterable, to_iterable_with_keys)
+
+    def register_dataclass_node(
+        self, nodetype: type, data_fields: Sequence[str], meta_fields: Sequence[str]
+    ) -> None:
+        register_dataclass(nodetype, data_fields, meta_fields)
+
+
+default_registry = PyTreeRegistry()
+
+__all__ = [
+    "DictKey",
+    "FlattenedIndexKey",
+    "GetAttrKey",
+    "KeyEntry",
+    "KeyPath",
+    "Partial",
+    "PyTreeDef",
+    "SequenceKey",
+    "all_leaves",
+    "default_registry",
+    "flatten_one_level",
+    "flatten_one_level_with_keys",
+    "is_tree_node",
+    "keystr",
+    "register_dataclass",
+    "register_pytree_node",
+    "register_pytree_node_class",
+    "register_pytree_with_keys",
+    "register_pytree_with_keys_class",
+    "register_static",
+    "tree_all",
+    "tree_broadcast",
+    "tree_flatten",
+    "tree_flatten_with_path",
+    "tree_leaves",
+    "tree_leaves_with_path",
+    "tree_map",
+    "tree_map_with_path",
+    "tree_reduce",
+    "tree_reduce_associative",
+    "tree_structure",
+    "tree_transpose",
+    "tree_unflatten",
+    "treedef_children",
+    "treedef_is_leaf",
+    "treedef_tuple",
+]
