@@ -21,6 +21,7 @@ MODULES = [
     "oxtree.tree",
     "oxtree.types",
     "oxtree.ops",
+    "oxtree.pytree",
 ]
 
 

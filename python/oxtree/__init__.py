@@ -230,6 +230,7 @@ __all__ = [
     "PyTreeSpec",
     "Partial",
     "dataclasses",
+    "pytree",
     "tree",
     "tree_util",
     "register_dataclass",
@@ -248,3 +249,6 @@ __all__ = [
     "tree_structure",
     "tree_unflatten",
 ]
+
+# Last: it re-exports the names above under short names.
+from oxtree import pytree  # noqa: E402

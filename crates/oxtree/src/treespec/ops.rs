@@ -72,6 +72,44 @@ pub fn jax_node_data<'py>(py: Python<'py>, node: &Node) -> PyResult<Bound<'py, P
     Ok((ty, data).into_pyobject(py)?.into_any())
 }
 
+/// When node `y` can stand where node `x` is, the position in `y` of each of `x`'s children.
+/// optree's rules let the three mapping kinds stand for each other when their keys agree
+/// (children then pair by key) and deques differ in maxlen; JAX's want the same node.
+fn matching_children(
+    py: Python<'_>,
+    face: super::Face,
+    x: &Node,
+    y: &Node,
+) -> PyResult<Option<Vec<usize>>> {
+    if compare::same_node(py, x, y)? {
+        return Ok(Some((0..x.arity).collect()));
+    }
+    if face == super::Face::Jax || x.arity != y.arity {
+        return Ok(None);
+    }
+    if x.kind == Kind::Deque && y.kind == Kind::Deque {
+        return Ok(Some((0..x.arity).collect()));
+    }
+    if x.kind.is_mapping() && y.kind.is_mapping() {
+        let (Some(xk), Some(yk)) = (&x.keys, &y.keys) else {
+            return Ok(None);
+        };
+        let index = pyo3::types::PyDict::new(py);
+        for (k, key) in yk.bind(py).iter().enumerate() {
+            index.set_item(key, k)?;
+        }
+        let mut order = Vec::with_capacity(x.arity);
+        for key in xk.bind(py).iter() {
+            match index.get_item(key)? {
+                Some(k) => order.push(k.extract::<usize>()?),
+                None => return Ok(None),
+            }
+        }
+        return Ok(Some(order));
+    }
+    Ok(None)
+}
+
 /// Whether `a` is a prefix of `b`: `b` is `a` with some leaves replaced by subtrees.
 pub fn is_prefix(py: Python<'_>, a: &PyTreeSpec, b: &PyTreeSpec, strict: bool) -> PyResult<bool> {
     if a.none_is_leaf != b.none_is_leaf || a.face != b.face {
@@ -122,7 +160,7 @@ pub fn common_suffix(py: Python<'_>, a: &PyTreeSpec, b: &PyTreeSpec) -> PyResult
                     leaves += x.num_leaves;
                     out.extend(a.subtree(py, i).nodes);
                 } else {
-                    if !compare::same_node(py, x, y)? {
+                    let Some(order) = matching_children(py, a.face, x, y)? else {
                         return Err(TreeError::Mismatch {
                             path: a.path_to(py, i, "tree"),
                             expected: super::traverse::describe_node(py, x),
@@ -130,10 +168,11 @@ pub fn common_suffix(py: Python<'_>, a: &PyTreeSpec, b: &PyTreeSpec) -> PyResult
                             which: Some("the other treespec".into()),
                         }
                         .into());
-                    }
+                    };
                     tasks.push(Task::Emit(i, out.len(), leaves));
-                    for (ci, cj) in a.child_indices(i).into_iter().zip(b.child_indices(j)).rev() {
-                        tasks.push(Task::Visit(ci, cj));
+                    let theirs = b.child_indices(j);
+                    for (ci, k) in a.child_indices(i).into_iter().zip(order).rev() {
+                        tasks.push(Task::Visit(ci, theirs[k]));
                     }
                 }
             }
