@@ -1966,3 +1966,29 @@ def test_seed_004_while_loop_carry_structure(reg: Registrations) -> None:
         )
         assert oxtree.tree_structure(carry, namespace=PYTREE_NAMESPACE) == spec
     assert carry == Carry(3, "aaaa")
+
+
+def test_user_function_errors_keep_their_type_and_name_the_registered_type() -> None:
+    class Raising:
+        fail = True
+
+    def flatten(obj: Raising) -> Any:
+        if Raising.fail:
+            raise KeyError("from flatten")
+        return (), None
+
+    def unflatten(aux: Any, children: Any) -> Raising:
+        raise LookupError("from unflatten")
+
+    oxtree.register_pytree_node(Raising, flatten, unflatten)
+    try:
+        with pytest.raises(KeyError, match="from flatten") as info:
+            oxtree.tree_leaves([Raising()])
+        assert info.value.__notes__ == ["raised by the flatten function registered for Raising"]
+        Raising.fail = False
+        spec = oxtree.tree_structure([Raising()])
+        with pytest.raises(LookupError, match="from unflatten") as info2:
+            spec.unflatten([])
+        assert info2.value.__notes__ == ["raised by the unflatten function registered for Raising"]
+    finally:
+        oxtree.unregister_pytree_node(Raising)

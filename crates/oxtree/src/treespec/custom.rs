@@ -55,11 +55,17 @@ pub fn flatten<'py>(
             flatten_with_keys: Some(fwk),
             ..
         } if with_keys => {
-            let out = fwk.bind(py).call1((obj,))?;
+            let out = fwk
+                .bind(py)
+                .call1((obj,))
+                .map_err(|e| noted(py, e, "flatten_with_keys", reg))?;
             split_keyed_result(py, reg, &out)
         }
         Rule::Custom { flatten, .. } => {
-            let out = flatten.bind(py).call1((obj,))?;
+            let out = flatten
+                .bind(py)
+                .call1((obj,))
+                .map_err(|e| noted(py, e, "flatten", reg))?;
             split_flatten_result(py, reg, &out)
         }
         Rule::Dataclass { data, meta, .. } => {
@@ -76,6 +82,18 @@ pub fn flatten<'py>(
         }
         Rule::Static => Ok((Children::Vec(Vec::new()), obj.clone(), None)),
     }
+}
+
+/// The user's exception, unchanged in type, with a note saying which registered function
+/// of which type raised it (PEP 678 notes show under the traceback).
+#[cold]
+fn noted(py: Python<'_>, err: PyErr, which: &str, reg: &Registration) -> PyErr {
+    let note = format!(
+        "raised by the {which} function registered for {}",
+        reg.name(py)
+    );
+    let _ = err.value(py).call_method1("add_note", (note,));
+    err
 }
 
 /// Splits what a registered flatten function returned into its children and aux data.
@@ -201,7 +219,10 @@ pub fn unflatten<'py>(
     children: Bound<'py, PyTuple>,
 ) -> PyResult<Bound<'py, PyAny>> {
     match &reg.rule {
-        Rule::Custom { unflatten, .. } => unflatten.bind(py).call1((aux, children)),
+        Rule::Custom { unflatten, .. } => unflatten
+            .bind(py)
+            .call1((aux, children))
+            .map_err(|e| noted(py, e, "unflatten", reg)),
         Rule::Static => Ok(aux.clone()),
         Rule::Dataclass {
             data,
