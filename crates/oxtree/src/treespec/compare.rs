@@ -22,7 +22,7 @@ fn equal_objects(py: Python<'_>, a: &Option<Py<PyAny>>, b: &Option<Py<PyAny>>) -
 }
 
 fn equal_keys(py: Python<'_>, a: &Node, b: &Node) -> PyResult<bool> {
-    match (&a.keys, &b.keys) {
+    match (a.keys(), b.keys()) {
         // One comparison of the two lists: CPython's list compare checks identity first and
         // compares str keys without a Python-level call per key.
         (Some(x), Some(y)) => Ok(x.as_ptr() == y.as_ptr() || x.bind(py).eq(y.bind(py))?),
@@ -51,7 +51,7 @@ pub fn same_node(py: Python<'_>, a: &Node, b: &Node) -> PyResult<bool> {
         Kind::Custom => {
             // The same registration, not just the same type: a type unregistered and
             // registered again with other rules makes other structures.
-            let same_type = match (&a.custom, &b.custom) {
+            let same_type = match (a.custom(), b.custom()) {
                 (Some(x), Some(y)) => std::sync::Arc::ptr_eq(x, y),
                 _ => false,
             };
@@ -103,7 +103,7 @@ pub fn hash(spec: &PyTreeSpec, py: Python<'_>) -> PyResult<isize> {
         h = mix(h, (node.kind as u64) << 56 | node.arity as u64);
         match node.kind {
             Kind::Dict | Kind::OrderedDict | Kind::DefaultDict => {
-                if let Some(keys) = &node.keys {
+                if let Some(keys) = node.keys() {
                     for key in keys.bind(py).iter() {
                         h = mix(h, key.hash()? as u64);
                     }
@@ -123,7 +123,10 @@ pub fn hash(spec: &PyTreeSpec, py: Python<'_>) -> PyResult<isize> {
                 }
             }
             Kind::Custom => {
-                h = mix(h, node.custom.as_ref().map_or(0, |r| r.ty.as_ptr() as u64));
+                h = mix(
+                    h,
+                    node.custom().as_ref().map_or(0, |r| r.ty.as_ptr() as u64),
+                );
                 if let Some(aux) = &node.data {
                     h = mix(h, aux.bind(py).hash()? as u64);
                 }

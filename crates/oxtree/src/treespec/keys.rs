@@ -36,7 +36,7 @@ fn field_name<'py>(
                 .map(|n| PyString::new(py, &n))
         }
         Kind::Custom => node
-            .custom
+            .custom()
             .as_ref()
             .and_then(|r| custom::child_names(r))
             .and_then(|names| names.get(j))
@@ -47,10 +47,10 @@ fn field_name<'py>(
 
 /// The raw entry of child `j`: its index, dict key, field name or registered entry.
 fn raw_key<'py>(py: Python<'py>, node: &Node, j: usize) -> PyResult<Bound<'py, PyAny>> {
-    if let Some(keys) = &node.keys {
+    if let Some(keys) = node.keys() {
         return keys.bind(py).get_item(j);
     }
-    if let Some(entries) = &node.entries {
+    if let Some(entries) = node.entries() {
         return entries.bind(py).get_item(j);
     }
     if node.kind == Kind::Custom {
@@ -76,11 +76,11 @@ pub fn child_key<'py>(
             Ok(PyTuple::new(py, [raw_key(py, node, j)?, ty, kind])?.into_any())
         }
         KeyStyle::Keys => {
-            if let Some(keys) = &node.keys {
+            if let Some(keys) = node.keys() {
                 let key = keys.bind(py).get_item(j)?.unbind();
                 return Ok(Bound::new(py, DictKey { key })?.into_any());
             }
-            if let Some(entries) = &node.entries {
+            if let Some(entries) = node.entries() {
                 return entries.bind(py).get_item(j);
             }
             if let Some(name) = field_name(py, node, j)? {

@@ -42,7 +42,8 @@ pub fn tuple_from_vec<'py>(py: Python<'py>, items: Vec<Bound<'py, PyAny>>) -> Bo
     unflatten::tuple_from(py, items.into_iter())
 }
 
-/// One node of a treedef.
+/// One node of a treedef. Kept small (48 bytes): leaves, tuples and lists, most of every
+/// tree, carry no payload, and the rarer payloads live behind one box.
 pub struct Node {
     pub kind: Kind,
     pub arity: usize,
@@ -51,18 +52,29 @@ pub struct Node {
     /// NamedTuple / StructSeq: the type. DefaultDict: the default factory. Deque: `maxlen`
     /// (None or int). Custom: the auxiliary data.
     pub data: Option<Py<PyAny>>,
+    extra: Option<Box<NodeExtra>>,
+}
+
+/// The payloads of mapping and custom nodes.
+#[derive(Default)]
+struct NodeExtra {
     /// Mapping kinds: the keys in leaf order (sorted for dict and defaultdict, insertion order
     /// for OrderedDict). Private: never handed out without a copy.
-    pub keys: Option<Py<PyList>>,
+    keys: Option<Py<PyList>>,
     /// Dict and defaultdict, when the insertion order differs from `keys`: the leaf position
     /// of each key in insertion order (a permutation of `0..arity`).
-    pub insertion: Option<Box<[usize]>>,
+    insertion: Option<Box<[usize]>>,
     /// Custom nodes: how to put the node back together.
-    pub custom: Option<Arc<Registration>>,
+    custom: Option<Arc<Registration>>,
     /// Custom nodes: the keys of the children, when the flatten function gave them (optree's
     /// entries, or JAX's keys from `flatten_with_keys`).
-    pub entries: Option<Py<PyTuple>>,
+    entries: Option<Py<PyTuple>>,
 }
+
+const NO_KEYS: &Option<Py<PyList>> = &None;
+const NO_INSERTION: &Option<Box<[usize]>> = &None;
+const NO_CUSTOM: &Option<Arc<Registration>> = &None;
+const NO_ENTRIES: &Option<Py<PyTuple>> = &None;
 
 impl Node {
     pub const LEAF: Node = Node::bare(Kind::Leaf, 0, 1, 1);
@@ -75,10 +87,46 @@ impl Node {
             num_leaves,
             num_nodes,
             data: None,
-            keys: None,
-            insertion: None,
-            custom: None,
-            entries: None,
+            extra: None,
+        }
+    }
+
+    pub fn keys(&self) -> &Option<Py<PyList>> {
+        self.extra.as_ref().map_or(NO_KEYS, |e| &e.keys)
+    }
+    pub fn insertion(&self) -> &Option<Box<[usize]>> {
+        self.extra.as_ref().map_or(NO_INSERTION, |e| &e.insertion)
+    }
+    pub fn custom(&self) -> &Option<Arc<Registration>> {
+        self.extra.as_ref().map_or(NO_CUSTOM, |e| &e.custom)
+    }
+    pub fn entries(&self) -> &Option<Py<PyTuple>> {
+        self.extra.as_ref().map_or(NO_ENTRIES, |e| &e.entries)
+    }
+    fn extra_mut(&mut self) -> &mut NodeExtra {
+        self.extra.get_or_insert_with(Box::default)
+    }
+    fn wants_extra<T>(&self, value: &Option<T>) -> bool {
+        value.is_some() || self.extra.is_some()
+    }
+    pub fn set_keys(&mut self, keys: Option<Py<PyList>>) {
+        if self.wants_extra(&keys) {
+            self.extra_mut().keys = keys;
+        }
+    }
+    pub fn set_insertion(&mut self, insertion: Option<Box<[usize]>>) {
+        if self.wants_extra(&insertion) {
+            self.extra_mut().insertion = insertion;
+        }
+    }
+    pub fn set_custom(&mut self, custom: Option<Arc<Registration>>) {
+        if self.wants_extra(&custom) {
+            self.extra_mut().custom = custom;
+        }
+    }
+    pub fn set_entries(&mut self, entries: Option<Py<PyTuple>>) {
+        if self.wants_extra(&entries) {
+            self.extra_mut().entries = entries;
         }
     }
 
@@ -89,10 +137,14 @@ impl Node {
             num_leaves: self.num_leaves,
             num_nodes: self.num_nodes,
             data: self.data.as_ref().map(|d| d.clone_ref(py)),
-            keys: self.keys.as_ref().map(|d| d.clone_ref(py)),
-            insertion: self.insertion.clone(),
-            custom: self.custom.clone(),
-            entries: self.entries.as_ref().map(|d| d.clone_ref(py)),
+            extra: self.extra.as_ref().map(|e| {
+                Box::new(NodeExtra {
+                    keys: e.keys.as_ref().map(|k| k.clone_ref(py)),
+                    insertion: e.insertion.clone(),
+                    custom: e.custom.clone(),
+                    entries: e.entries.as_ref().map(|k| k.clone_ref(py)),
+                })
+            }),
         }
     }
 
@@ -116,14 +168,14 @@ impl Node {
                 .into_any(),
             Kind::Deque => types::collections(py).deque.bind(py).clone().into_any(),
             Kind::NamedTuple | Kind::StructSeq => self.data.as_ref()?.bind(py).clone(),
-            Kind::Custom => self.custom.as_ref()?.ty.bind(py).clone().into_any(),
+            Kind::Custom => self.custom().as_ref()?.ty.bind(py).clone().into_any(),
         })
     }
 
     /// The entry that leads from this node to its `j`-th child, for paths in messages.
     pub fn entry<'py>(&self, py: Python<'py>, j: usize) -> PathEntry<'py> {
         match self.kind {
-            Kind::Dict | Kind::OrderedDict | Kind::DefaultDict => match &self.keys {
+            Kind::Dict | Kind::OrderedDict | Kind::DefaultDict => match &self.keys() {
                 Some(keys) => match keys.bind(py).get_item(j) {
                     Ok(k) => PathEntry::Key(k),
                     Err(_) => PathEntry::Index(j),
@@ -143,12 +195,12 @@ impl Node {
             }
             Kind::Custom => {
                 let name = self
-                    .custom
+                    .custom()
                     .as_ref()
                     .and_then(|r| custom::child_names(r))
                     .and_then(|names| names.get(j))
                     .map(|n| n.bind(py).to_string_lossy().into_owned());
-                match (name, &self.entries) {
+                match (name, &self.entries()) {
                     (Some(n), _) => PathEntry::Attr(n),
                     (None, Some(entries)) => match entries.bind(py).get_item(j) {
                         Ok(e) => PathEntry::Text(custom_entry_text(&e)),
@@ -630,8 +682,8 @@ impl PyTreeSpec {
         // holds, so every cycle through it passes through a mutable object that can be cleared.
         for node in &self.nodes {
             visit.call(&node.data)?;
-            visit.call(&node.keys)?;
-            visit.call(&node.entries)?;
+            visit.call(node.keys())?;
+            visit.call(node.entries())?;
         }
         Ok(())
     }

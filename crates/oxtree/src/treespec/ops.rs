@@ -12,7 +12,7 @@ use crate::kind::Kind;
 /// struct sequence, the aux data of a custom node.
 pub fn node_data<'py>(py: Python<'py>, node: &Node) -> PyResult<Bound<'py, PyAny>> {
     let keys = || -> Bound<'py, PyAny> {
-        match &node.keys {
+        match node.keys() {
             Some(k) => k.bind(py).get_slice(0, k.bind(py).len()).into_any(),
             None => PyList::empty(py).into_any(),
         }
@@ -40,7 +40,7 @@ pub fn jax_node_data<'py>(py: Python<'py>, node: &Node) -> PyResult<Bound<'py, P
         return Ok(none());
     };
     let keys_tuple = || {
-        node.keys
+        node.keys()
             .as_ref()
             .map(|k| k.bind(py).to_tuple().into_any())
             .unwrap_or_else(none)
@@ -91,7 +91,7 @@ fn matching_children(
         return Ok(Some((0..x.arity).collect()));
     }
     if x.kind.is_mapping() && y.kind.is_mapping() {
-        let (Some(xk), Some(yk)) = (&x.keys, &y.keys) else {
+        let (Some(xk), Some(yk)) = (x.keys(), y.keys()) else {
             return Ok(None);
         };
         let index = pyo3::types::PyDict::new(py);
@@ -390,7 +390,7 @@ pub fn from_jax_node_data(
                 return Err(bad("dict keys must be given in sorted order".into()));
             }
         }
-        n.keys = Some(keys.unbind());
+        n.set_keys(Some(keys.unbind()));
         n.data = factory.map(Bound::unbind);
         n
     } else if crate::types::is_namedtuple_class(ty) {
@@ -407,7 +407,7 @@ pub fn from_jax_node_data(
         })?;
         let mut n = Node::bare(Kind::Custom, arity, 0, 0);
         n.data = Some(data.unbind());
-        n.custom = Some(found.clone());
+        n.set_custom(Some(found.clone()));
         n
     };
     node.num_leaves = arity;

@@ -29,7 +29,7 @@ fn as_tuple<'py>(py: Python<'py>, keys: &Option<Py<PyList>>) -> Bound<'py, PyAny
 pub fn state<'py>(spec: &PyTreeSpec, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
     let mut nodes = Vec::with_capacity(spec.nodes.len());
     for node in &spec.nodes {
-        let custom_type = match &node.custom {
+        let custom_type = match node.custom() {
             Some(reg) => reg.ty.bind(py).clone().into_any(),
             None => py.None().into_bound(py),
         };
@@ -39,13 +39,13 @@ pub fn state<'py>(spec: &PyTreeSpec, py: Python<'py>) -> PyResult<Bound<'py, PyT
                 (node.kind as u8).into_pyobject(py)?.into_any(),
                 node.arity.into_pyobject(py)?.into_any(),
                 opt(py, &node.data),
-                as_tuple(py, &node.keys),
-                match &node.insertion {
+                as_tuple(py, node.keys()),
+                match node.insertion() {
                     Some(pos) => PyTuple::new(py, pos.iter())?.into_any(),
                     None => py.None().into_bound(py),
                 },
                 custom_type,
-                opt(py, &node.entries),
+                opt(py, node.entries()),
             ],
         )?);
     }
@@ -190,7 +190,7 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
             )));
         }
         let mut node = Node::bare(kind, arity, 0, 0);
-        node.entries = node_entries.take();
+        node.set_entries(node_entries.take());
         let data_none = data.is_none();
         match kind {
             Kind::Leaf | Kind::None | Kind::Tuple | Kind::List => {
@@ -233,8 +233,8 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
                 } else if !data_none {
                     return Err(bad(format!("node {i}: unexpected data for a mapping")));
                 }
-                node.keys = Some(k.unbind());
-                node.insertion = insertion;
+                node.set_keys(Some(k.unbind()));
+                node.set_insertion(insertion);
             }
             Kind::NamedTuple | Kind::StructSeq => {
                 let ty = data
@@ -277,7 +277,7 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
                             ty.name().map(|n| n.to_string()).unwrap_or_default()
                         ))
                     })?;
-                node.custom = Some(found);
+                node.set_custom(Some(found));
                 node.data = Some(data.unbind());
             }
         }

@@ -32,7 +32,7 @@ pub fn body(spec: &PyTreeSpec, py: Python<'_>) -> PyResult<String> {
         };
         let node = &spec.nodes[idx];
         let children = spec.child_indices(idx);
-        let keys: Vec<String> = match (&node.keys, node.kind) {
+        let keys: Vec<String> = match (node.keys(), node.kind) {
             (Some(k), _) => k
                 .bind(py)
                 .iter()
@@ -115,7 +115,7 @@ pub fn body(spec: &PyTreeSpec, py: Python<'_>) -> PyResult<String> {
                     }
                 }
                 Kind::Custom => {
-                    let reg = node.custom.as_ref().expect("kept");
+                    let reg = node.custom().as_ref().expect("kept");
                     let aux = node.data.as_ref().expect("kept").bind(py);
                     let name = reg.name(py);
                     match custom::child_names(reg) {
@@ -167,7 +167,7 @@ pub fn body(spec: &PyTreeSpec, py: Python<'_>) -> PyResult<String> {
 /// The name and aux data JAX prints for a node it represents as a custom node.
 fn jax_custom_label(py: Python<'_>, node: &super::Node) -> PyResult<(String, String)> {
     let keys_tuple = || -> PyResult<String> {
-        match &node.keys {
+        match node.keys() {
             Some(k) => repr_of(k.bind(py).to_tuple().as_any()),
             None => Ok("()".into()),
         }
@@ -181,7 +181,7 @@ fn jax_custom_label(py: Python<'_>, node: &super::Node) -> PyResult<(String, Str
             format!("({}, {})", repr_of(data())?, keys_tuple()?),
         ),
         _ => {
-            let reg = node.custom.as_ref().expect("kept");
+            let reg = node.custom().as_ref().expect("kept");
             (reg.name(py), repr_of(data())?)
         }
     })

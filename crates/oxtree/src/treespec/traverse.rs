@@ -110,7 +110,7 @@ fn node_children<'py>(
                 return Ok(false);
             }
             let keys = node
-                .keys
+                .keys()
                 .as_ref()
                 .expect("mapping nodes keep their keys")
                 .bind(py);
@@ -133,7 +133,7 @@ fn node_children<'py>(
         }
         Kind::Custom => {
             let reg = node
-                .custom
+                .custom()
                 .as_ref()
                 .expect("custom nodes keep their registration");
             if obj.get_type().as_ptr() != reg.ty.as_ptr() {
@@ -159,7 +159,7 @@ fn node_children<'py>(
 #[cold]
 pub fn describe_node(py: Python<'_>, node: &Node) -> String {
     let keys = || {
-        node.keys
+        node.keys()
             .as_ref()
             .map(|k| short_repr(k.bind(py).as_any(), 200))
             .unwrap_or_default()
@@ -187,7 +187,7 @@ pub fn describe_node(py: Python<'_>, node: &Node) -> String {
         Kind::Deque => format!("deque of length {}", node.arity),
         Kind::Custom => {
             let name = node
-                .custom
+                .custom()
                 .as_ref()
                 .map(|r| r.name(py))
                 .unwrap_or_else(|| "?".into());
@@ -230,7 +230,7 @@ fn mismatch(
 ) -> PyErr {
     let node = &spec.nodes[idx];
     let mut got = describe_obj(obj);
-    if let (Some(keys), Ok(d)) = (&node.keys, obj.cast::<PyDict>()) {
+    if let (Some(keys), Ok(d)) = (node.keys(), obj.cast::<PyDict>()) {
         got.push_str(&key_difference(keys.bind(py), &d.keys()));
     }
     let path =
@@ -259,7 +259,7 @@ fn keyed_path(
     let mut cur = tree.clone();
     for (n, j) in spec.path_chain(idx) {
         let node = &spec.nodes[n];
-        let keyed = match (&node.custom, node.kind) {
+        let keyed = match (node.custom(), node.kind) {
             (Some(reg), Kind::Custom) => match &reg.rule {
                 crate::registry::Rule::Custom {
                     flatten_with_keys: Some(_),

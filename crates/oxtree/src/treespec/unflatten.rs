@@ -219,7 +219,7 @@ fn fill_mapping<'py>(
     face: Face,
 ) -> PyResult<()> {
     let keys = node
-        .keys
+        .keys()
         .as_ref()
         .expect("mapping nodes keep their keys")
         .bind(py);
@@ -227,7 +227,7 @@ fn fill_mapping<'py>(
     let positions = if face == Face::Jax {
         &None
     } else {
-        &node.insertion
+        node.insertion()
     };
     let exact_dict = target.is_exact_instance_of::<PyDict>();
     let set = |key: &Bound<'py, PyAny>, value: &Bound<'py, PyAny>| -> PyResult<()> {
@@ -302,7 +302,7 @@ fn make_node<'py>(
         }
         Kind::Custom => {
             let reg = node
-                .custom
+                .custom()
                 .as_ref()
                 .expect("custom nodes keep their registration");
             super::custom::unflatten(py, reg, data(), tuple_from(py, children))?
