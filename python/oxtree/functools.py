@@ -25,13 +25,13 @@ class Partial(functools.partial):
     42
     """
 
-    def __new__(cls, func: Any, /, *args: Any, **keywords: Any) -> Partial:
+    def __new__(cls, func: Any, *args: Any, **kw: Any) -> Partial:
         # An inner partial (plain or ours) is kept whole as the static function, behind a shim
         # that compares and hashes as the inner partial does, so two Partials around the same
         # inner partial have equal treedefs (and share a jit cache entry).
         if isinstance(func, functools.partial):
             func = _StaticCallable(func)
-        return super().__new__(cls, func, *args, **keywords)
+        return super().__new__(cls, func, *args, **kw)
 
 
 class _StaticCallable:
