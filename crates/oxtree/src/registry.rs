@@ -4,7 +4,9 @@
 //! made by another thread mid-walk never changes the rules under a walk. Writers copy the
 //! map, change the copy and swap it in under the lock.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -119,12 +121,36 @@ pub fn lookup_for_load(
     })
 }
 
-/// The registry as it is now; cheap (one lock and one reference count).
+/// Bumped under the lock by every change of the registry.
+static VERSION: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// This thread's last snapshot and the version it was taken at: a walk starts with one
+    /// atomic load and a reference count instead of taking the lock (4% of a 3-leaf flatten).
+    static CACHED: RefCell<Option<(u64, Arc<Registry>)>> = const { RefCell::new(None) };
+}
+
+/// The registry as it is now (or as it was a moment ago, if another thread is changing it).
 pub fn snapshot() -> Arc<Registry> {
-    let mut guard = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
-    guard
-        .get_or_insert_with(|| Arc::new(Registry::default()))
-        .clone()
+    let version = VERSION.load(Ordering::Acquire);
+    let cached = CACHED.with(|c| match &*c.borrow() {
+        Some((v, reg)) if *v == version => Some(reg.clone()),
+        _ => None,
+    });
+    if let Some(reg) = cached {
+        return reg;
+    }
+    let (version, reg) = {
+        let mut guard = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+        let reg = guard
+            .get_or_insert_with(|| Arc::new(Registry::default()))
+            .clone();
+        (VERSION.load(Ordering::Acquire), reg)
+    };
+    // The registry this thread held before is dropped outside the lock.
+    let previous = CACHED.with(|c| c.replace(Some((version, reg.clone()))));
+    drop(previous);
+    reg
 }
 
 /// Applies `change` to a copy of the registry and publishes the copy.
@@ -133,6 +159,7 @@ fn update<T>(change: impl FnOnce(&mut Registry) -> PyResult<T>) -> PyResult<T> {
     let mut next: Registry = guard.as_deref().cloned().unwrap_or_default();
     let out = change(&mut next)?;
     let old = guard.replace(Arc::new(next));
+    VERSION.fetch_add(1, Ordering::AcqRel);
     drop(guard);
     // Released after the lock: dropping the last reference to a registration can run Python
     // code (a `__del__`), which must not find the registry locked.
