@@ -161,9 +161,13 @@ fn update<T>(change: impl FnOnce(&mut Registry) -> PyResult<T>) -> PyResult<T> {
     let old = guard.replace(Arc::new(next));
     VERSION.fetch_add(1, Ordering::AcqRel);
     drop(guard);
+    // This thread's cached snapshot is stale now: let it go at once, so an unregistered
+    // type is not kept alive by it (other threads let theirs go on their next walk).
+    let cached = CACHED.with(|c| c.replace(None));
     // Released after the lock: dropping the last reference to a registration can run Python
     // code (a `__del__`), which must not find the registry locked.
     drop(old);
+    drop(cached);
     Ok(out)
 }
 
