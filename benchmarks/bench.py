@@ -13,10 +13,17 @@ Usage (from the repository root)::
     .venv/bin/python benchmarks/bench.py --quick            # a short subset, 3 repeats
     .venv/bin/python benchmarks/bench.py --libs oxtree,jax --workloads mixed1k,gpt2
     .venv/bin/python benchmarks/bench.py --ops flatten,map2 --repeats 11 --json out.json
+    .venv/bin/python benchmarks/bench.py --face jax         # oxtree through oxtree.tree_util
     .venv/bin/python benchmarks/bench.py --list             # names of workloads and ops
 
 Libraries: ``oxtree``, ``optree``, ``jax`` (``jax.tree_util``), ``dmtree`` (``import tree``).
 A library that cannot be imported is skipped with a note.
+
+Faces: by default (``--face optree``) the oxtree column calls the optree-compatible functions
+of the main package (``oxtree.tree_flatten`` ...). With ``--face jax`` it calls
+``oxtree.tree_util`` for every op instead, so the comparison with ``jax.tree_util`` is like for
+like (JAX's treedefs, dicts rebuilt in sorted key order). The path ops always use oxtree's
+JAX-style ``oxtree.tree_util`` functions, in both faces.
 
 Workloads:
 
@@ -34,6 +41,14 @@ Workloads:
   ln_2, mlp.c_fc, mlp.c_proj, each with weight and bias), ln_f; 292 float32 arrays.
   24 blocks (the GPT-2 medium layout) give the ~290 arrays of a real checkpoint; the
   widths are divided by 4 to keep memory low (the arrays' contents never matter here).
+* ``custom1k``  a list of 1,000 instances of a registered custom class with 2 children (an int
+  and a float) each. Every library gets its own identical class, registered with
+  ``oxtree.register_pytree_node``, ``jax.tree_util.register_pytree_node`` and
+  ``optree.register_pytree_node(..., namespace="oxtree-bench")`` (optree is then called with
+  ``namespace=``). n/a for dm-tree, which has no custom nodes.
+* ``dataclass1k`` a list of 1,000 dataclass instances with 2 data fields each, registered with
+  ``oxtree.register_dataclass``, ``jax.tree_util.register_dataclass`` and
+  ``optree.dataclasses.dataclass(namespace="oxtree-bench")``. n/a for dm-tree.
 
 Ops:
 
@@ -46,10 +61,17 @@ Ops:
   copy of ``tree``
 * ``eq``         ``spec == other_spec`` for two equal treedefs of distinct trees; n/a for dm-tree
 * ``hash``       ``hash(spec)``; n/a for dm-tree
+* ``flatten_with_path``  oxtree and jax: ``tree_util.tree_flatten_with_path(tree)`` (key paths
+  of ``DictKey``/``SequenceKey``/... objects); optree: ``optree.tree_flatten_with_path(tree)``
+  (raw paths such as ``('a', 0)``: different but comparable work); dm-tree:
+  ``tree.flatten_with_path(tree)``
+* ``map_with_path``  ``tree_map_with_path(lambda path, x: x, tree)`` from the same modules;
+  dm-tree: ``tree.map_structure_with_path``
 
 Columns ``ox/jax`` and ``ox/optree`` are oxtree's time divided by the other's time, so a
-value below 1.00 means oxtree is faster. The summary at the end is the geometric mean of
-those ratios per op over the workloads shown.
+value below 1.00 means oxtree is faster. The summary after the table is the geometric mean of
+those ratios per op over the workloads shown; the "targets" section at the very end repeats
+the ox/jax geometric mean per op and lists every workload where oxtree is slower than jax.
 
 As a module::
 
@@ -63,6 +85,8 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import dataclasses
+import functools
 import importlib
 import importlib.metadata
 import json
@@ -225,7 +249,38 @@ def make_gpt2(n_layer: int = 24, d_model: int = 1024 // 4, vocab: int = 50257 //
     }
 
 
-WORKLOADS: dict[str, Callable[[], Any]] = {
+class Node2:
+    """A plain class with two children, `a` and `b`. Unregistered, it is a leaf to every
+    library; `custom1k` uses one identical subclass per library, registered there."""
+
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: Any, b: Any) -> None:
+        self.a = a
+        self.b = b
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.a!r}, {self.b!r})"
+
+
+@dataclasses.dataclass
+class Data2:
+    """A dataclass with two data fields. `dataclass1k` uses one identical dataclass per
+    library, registered there (this unregistered one is a leaf to every library)."""
+
+    x: Any
+    y: Any
+
+
+def make_custom1k(node_class: type = Node2, n: int = 1000) -> Any:
+    return [node_class(i, i + 0.5) for i in range(n)]
+
+
+def make_dataclass1k(data_class: type = Data2, n: int = 1000) -> Any:
+    return [data_class(i, i + 0.5) for i in range(n)]
+
+
+WORKLOADS: dict[str, Callable[..., Any]] = {
     "tuple3": make_tuple3,
     "dict10": make_dict10,
     "mixed1k": make_mixed1k,
@@ -234,14 +289,107 @@ WORKLOADS: dict[str, Callable[[], Any]] = {
     "chain500": make_chain500,
     "resnet50": make_resnet50,
     "gpt2": make_gpt2,
+    "custom1k": make_custom1k,
+    "dataclass1k": make_dataclass1k,
 }
 
-OPS: tuple[str, ...] = ("flatten", "unflatten", "leaves", "structure", "map1", "map2", "eq", "hash")
+#: Workloads built from a per-library registered class: workload -> kind of class. Their
+#: builders take that class as their only argument.
+CUSTOM_WORKLOADS: dict[str, str] = {"custom1k": "node", "dataclass1k": "dataclass"}
+
+#: The optree namespace the custom classes are registered in (optree has no global one).
+BENCH_NAMESPACE = "oxtree-bench"
+
+PATH_OPS: tuple[str, ...] = ("flatten_with_path", "map_with_path")
+
+OPS: tuple[str, ...] = (
+    "flatten",
+    "unflatten",
+    "leaves",
+    "structure",
+    "map1",
+    "map2",
+    "eq",
+    "hash",
+    *PATH_OPS,
+)
 
 LIBS: tuple[str, ...] = ("oxtree", "optree", "jax", "dmtree")
 
-QUICK_WORKLOADS: tuple[str, ...] = ("tuple3", "mixed1k", "dict10k", "resnet50")
+#: What the oxtree column calls: the optree-compatible main package, or oxtree.tree_util.
+FACES: tuple[str, ...] = ("optree", "jax")
+
+QUICK_WORKLOADS: tuple[str, ...] = (
+    "tuple3",
+    "mixed1k",
+    "dict10k",
+    "resnet50",
+    "custom1k",
+    "dataclass1k",
+)
 QUICK_OPS: tuple[str, ...] = ("flatten", "unflatten", "map1", "map2", "eq")
+
+# --------------------------------------------------------------------------------------
+# Per-library custom classes (custom1k, dataclass1k)
+# --------------------------------------------------------------------------------------
+
+#: (library, kind) -> the class made and registered for that library.
+_CUSTOM_CLASSES: dict[tuple[str, str], type] = {}
+
+#: Registered class -> (its child attributes, whether key paths name them). The pure-Python
+#: reference below treats these classes as nodes.
+_REF_NODES: dict[type, tuple[tuple[str, ...], bool]] = {}
+
+
+def _node_flatten(node: Any) -> tuple[tuple[Any, Any], None]:
+    return (node.a, node.b), None
+
+
+def _make_node_unflatten(cls: type) -> Callable[[Any, Any], Any]:
+    def unflatten(aux: Any, children: Any) -> Any:
+        return cls(*children)
+
+    return unflatten
+
+
+def _custom_class(lib: str, mod: Any, kind: str) -> type | None:
+    """The class of `kind` ("node" or "dataclass") registered for `lib`, made on first use;
+    None for dm-tree, which cannot have custom nodes."""
+    key = (lib, kind)
+    if key in _CUSTOM_CLASSES:
+        return _CUSTOM_CLASSES[key]
+    if lib == "dmtree":
+        return None
+    name = f"{lib.capitalize()}{'Node2' if kind == 'node' else 'Data2'}"
+    attrs: dict[str, Any] = {"__module__": __name__, "__qualname__": name}
+    if kind == "node":
+        cls: type = type(name, (Node2,), {**attrs, "__slots__": ()})
+        flatten, unflatten = _node_flatten, _make_node_unflatten(cls)
+        if lib == "oxtree":
+            mod.register_pytree_node(cls, flatten, unflatten)
+        elif lib == "jax":
+            mod.tree_util.register_pytree_node(cls, flatten, unflatten)
+        elif lib == "optree":
+            mod.register_pytree_node(cls, flatten, unflatten, namespace=BENCH_NAMESPACE)
+        else:
+            raise ValueError(lib)
+        _REF_NODES[cls] = (("a", "b"), False)
+    elif kind == "dataclass":
+        cls = type(name, (), {**attrs, "__annotations__": {"x": "Any", "y": "Any"}})
+        if lib == "oxtree":
+            cls = mod.register_dataclass(dataclasses.dataclass(cls))
+        elif lib == "jax":
+            cls = mod.tree_util.register_dataclass(dataclasses.dataclass(cls))
+        elif lib == "optree":
+            cls = mod.dataclasses.dataclass(cls, namespace=BENCH_NAMESPACE)
+        else:
+            raise ValueError(lib)
+        _REF_NODES[cls] = (("x", "y"), True)
+    else:
+        raise ValueError(kind)
+    _CUSTOM_CLASSES[key] = cls
+    return cls
+
 
 # --------------------------------------------------------------------------------------
 # Pure-Python reference, used only to check each library's answers once
@@ -254,10 +402,29 @@ def _is_namedtuple(node: Any) -> bool:
 
 def _children(node: Any) -> list[Any] | None:
     """Children in flattening order (dicts by sorted key), or None for a leaf."""
+    custom = _REF_NODES.get(type(node))
+    if custom is not None:
+        return [getattr(node, name) for name in custom[0]]
     if isinstance(node, dict):
         return [node[k] for k in sorted(node)]
     if isinstance(node, list | tuple):
         return list(node)
+    return None
+
+
+def _entries(node: Any) -> list[tuple[tuple[Any, ...], Any]] | None:
+    """Like `_children`, with each child's path entry: a tuple of the raw entries a library
+    may use (a namedtuple field is its index to optree and its name to JAX and dm-tree)."""
+    custom = _REF_NODES.get(type(node))
+    if custom is not None:
+        names, named = custom
+        return [((n if named else i,), getattr(node, n)) for i, n in enumerate(names)]
+    if isinstance(node, dict):
+        return [((k,), node[k]) for k in sorted(node)]
+    if _is_namedtuple(node):
+        return [((i, f), c) for i, (f, c) in enumerate(zip(node._fields, node, strict=True))]
+    if isinstance(node, list | tuple):
+        return [((i,), c) for i, c in enumerate(node)]
     return None
 
 
@@ -276,10 +443,54 @@ def ref_leaves(tree: Any, none_is_leaf: bool = False) -> list[Any]:
     return out
 
 
+def ref_paths(tree: Any, none_is_leaf: bool = False) -> list[tuple[tuple[Any, ...], ...]]:
+    """Every leaf's path, as one tuple of acceptable raw entries per level (see `_entries`)."""
+    out: list[tuple[tuple[Any, ...], ...]] = []
+    stack: list[tuple[Any, tuple[tuple[Any, ...], ...]]] = [(tree, ())]
+    while stack:
+        node, path = stack.pop()
+        if node is None and not none_is_leaf:
+            continue
+        entries = _entries(node)
+        if entries is None:
+            out.append(path)
+        else:
+            stack.extend((child, (*path, entry)) for entry, child in reversed(entries))
+    return out
+
+
+def _raw_key(entry: Any) -> Any:
+    """The raw value inside one of JAX's key entries (DictKey, SequenceKey, GetAttrKey,
+    FlattenedIndexKey -- jax's or oxtree's)."""
+    for attr in ("key", "idx", "name"):
+        if hasattr(entry, attr):
+            return getattr(entry, attr)
+    return entry
+
+
+def _paths_match(
+    paths: Sequence[Sequence[Any]],
+    expected: Sequence[tuple[tuple[Any, ...], ...]],
+    raw: Callable[[Any], Any] | None = None,
+) -> bool:
+    """Whether `paths` (a library's, entries turned raw by `raw`) are the reference paths."""
+    if len(paths) != len(expected):
+        return False
+    for path, ref in zip(paths, expected, strict=True):
+        if len(path) != len(ref):
+            return False
+        for entry, allowed in zip(path, ref, strict=True):
+            if (raw(entry) if raw is not None else entry) not in allowed:
+                return False
+    return True
+
+
 def ref_skeleton(tree: Any) -> Any:
     """A hashable description of the containers of `tree` (leaves become '*')."""
     if tree is None:
         return None
+    if type(tree) in _REF_NODES:
+        return (type(tree), tuple(ref_skeleton(c) for c in _children(tree) or ()))
     if isinstance(tree, dict):
         return (dict, tuple((k, ref_skeleton(tree[k])) for k in sorted(tree)))
     if isinstance(tree, list | tuple):
@@ -290,6 +501,8 @@ def ref_skeleton(tree: Any) -> Any:
 
 def rebuild(tree: Any) -> Any:
     """A copy of `tree` with new containers but the very same leaf objects."""
+    if type(tree) in _REF_NODES:
+        return type(tree)(*(rebuild(c) for c in _children(tree) or ()))
     if isinstance(tree, dict):
         return {k: rebuild(v) for k, v in tree.items()}
     if _is_namedtuple(tree):
@@ -310,6 +523,21 @@ def _recursion_limit(limit: int) -> Iterator[None]:
         yield
     finally:
         sys.setrecursionlimit(old)
+
+
+def _rebuilt(result: Any, tree: Any) -> bool:
+    """Whether no non-empty container of `tree` reappears, as the same object, at its place in
+    `result` (which must have `tree`'s skeleton)."""
+    stack = [(result, tree)]
+    while stack:
+        new, old = stack.pop()
+        kids = _children(old)
+        if not kids:
+            continue
+        if new is old:
+            return False
+        stack.extend(zip(_children(new) or (), kids, strict=True))
+    return True
 
 
 def _same_objects(a: Sequence[Any], b: Sequence[Any]) -> bool:
@@ -335,18 +563,34 @@ class Case:
 
 
 class Workload:
-    def __init__(self, name: str, builder: Callable[[], Any]):
+    """One tree of a workload with its reference answers. `namespace` is the optree namespace
+    to pass when calling optree on it ("" for none)."""
+
+    def __init__(self, name: str, builder: Callable[[], Any], namespace: str = ""):
         self.name = name
+        self.namespace = namespace
         self.tree = builder()
         self.other = rebuild(self.tree)
         self.skeleton = ref_skeleton(self.tree)
         self.leaves = ref_leaves(self.tree)
         self.leaves_none = ref_leaves(self.tree, none_is_leaf=True)
 
+    @functools.cached_property
+    def paths(self) -> list[tuple[tuple[Any, ...], ...]]:
+        return ref_paths(self.tree)
+
+    @functools.cached_property
+    def paths_none(self) -> list[tuple[tuple[Any, ...], ...]]:
+        return ref_paths(self.tree, none_is_leaf=True)
+
     def is_tree_like_input(self, result: Any, none_is_leaf: bool = False) -> bool:
+        """Same containers and the same leaf objects as the input, in freshly built containers
+        (so a library that took a node for a leaf and passed it through whole fails)."""
         expected = self.leaves_none if none_is_leaf else self.leaves
-        return ref_skeleton(result) == self.skeleton and _same_objects(
-            ref_leaves(result, none_is_leaf), expected
+        return (
+            ref_skeleton(result) == self.skeleton
+            and _same_objects(ref_leaves(result, none_is_leaf), expected)
+            and _rebuilt(result, self.tree)
         )
 
 
@@ -358,51 +602,89 @@ def _first(x: Any, y: Any) -> Any:
     return x
 
 
-def _optree_like_cases(mod: Any, w: Workload, op: str) -> Case | None:
-    """oxtree and optree share one API."""
+def _leaf_of(path: Any, x: Any) -> Any:
+    return x
+
+
+def _optree_style_cases(mod: Any, w: Workload, op: str) -> Case | None:
+    """oxtree's main package and optree share one API. Path ops here are optree's (raw
+    paths); the oxtree adapter never sends them here."""
     tree, expected = w.tree, w.leaves
+
+    def stmt(args: str) -> str:
+        # Only workloads of registered classes need optree's namespace; the others are
+        # called exactly as before.
+        return f"f({args}, namespace=ns)" if w.namespace else f"f({args})"
+
+    ns_kw = {"namespace": w.namespace} if w.namespace else {}
     if op == "flatten":
         return Case(
-            "f(t)",
-            {"f": mod.tree_flatten, "t": tree},
+            stmt("t"),
+            {"f": mod.tree_flatten, "t": tree, "ns": w.namespace},
             lambda r: _same_objects(r[0], expected) and r[1].num_leaves == len(expected),
         )
     if op == "unflatten":
-        _, spec = mod.tree_flatten(tree)
+        _, spec = mod.tree_flatten(tree, **ns_kw)
         return Case(
             "f(s, v)",
             {"f": mod.tree_unflatten, "s": spec, "v": list(expected)},
             w.is_tree_like_input,
         )
     if op == "leaves":
-        return Case("f(t)", {"f": mod.tree_leaves, "t": tree}, lambda r: _same_objects(r, expected))
+        return Case(
+            stmt("t"),
+            {"f": mod.tree_leaves, "t": tree, "ns": w.namespace},
+            lambda r: _same_objects(r, expected),
+        )
     if op == "structure":
         return Case(
-            "f(t)",
-            {"f": mod.tree_structure, "t": tree},
+            stmt("t"),
+            {"f": mod.tree_structure, "t": tree, "ns": w.namespace},
             lambda r: r.num_leaves == len(expected),
         )
     if op == "map1":
-        return Case("f(g, t)", {"f": mod.tree_map, "g": _identity, "t": tree}, w.is_tree_like_input)
+        return Case(
+            stmt("g, t"),
+            {"f": mod.tree_map, "g": _identity, "t": tree, "ns": w.namespace},
+            w.is_tree_like_input,
+        )
     if op == "map2":
         return Case(
-            "f(g, t, u)",
-            {"f": mod.tree_map, "g": _first, "t": tree, "u": w.other},
+            stmt("g, t, u"),
+            {"f": mod.tree_map, "g": _first, "t": tree, "u": w.other, "ns": w.namespace},
             w.is_tree_like_input,
         )
     if op == "eq":
-        a, b = mod.tree_structure(tree), mod.tree_structure(w.other)
+        a, b = mod.tree_structure(tree, **ns_kw), mod.tree_structure(w.other, **ns_kw)
         return Case("a == b", {"a": a, "b": b}, lambda r: r is True)
     if op == "hash":
         # A library may cache a treedef's hash after the first call; we time `hash(spec)`
         # exactly as each library exposes it, caching included.
-        a, b = mod.tree_structure(tree), mod.tree_structure(w.other)
+        a, b = mod.tree_structure(tree, **ns_kw), mod.tree_structure(w.other, **ns_kw)
         return Case("h(a)", {"h": hash, "a": a}, lambda r: isinstance(r, int) and r == hash(b))
+    if op == "flatten_with_path":
+        # optree returns (paths, leaves, spec) with raw paths such as ('a', 0).
+        return Case(
+            stmt("t"),
+            {"f": mod.tree_flatten_with_path, "t": tree, "ns": w.namespace},
+            lambda r: (
+                _same_objects(r[1], expected)
+                and _paths_match(r[0], w.paths)
+                and r[2].num_leaves == len(expected)
+            ),
+        )
+    if op == "map_with_path":
+        return Case(
+            stmt("g, t"),
+            {"f": mod.tree_map_with_path, "g": _leaf_of, "t": tree, "ns": w.namespace},
+            w.is_tree_like_input,
+        )
     raise ValueError(op)
 
 
-def _jax_cases(mod: Any, w: Workload, op: str) -> Case | None:
-    tu = mod.tree_util
+def _jax_style_cases(tu: Any, w: Workload, op: str) -> Case | None:
+    """`jax.tree_util` and `oxtree.tree_util` share one API (no namespaces: the custom
+    classes are registered globally)."""
     tree, expected = w.tree, w.leaves
     if op == "flatten":
         return Case(
@@ -437,13 +719,44 @@ def _jax_cases(mod: Any, w: Workload, op: str) -> Case | None:
         a, b = tu.tree_structure(tree), tu.tree_structure(w.other)
         return Case("a == b", {"a": a, "b": b}, lambda r: r is True)
     if op == "hash":
-        # See the note in _optree_like_cases about cached hashes.
+        # See the note in _optree_style_cases about cached hashes.
         a, b = tu.tree_structure(tree), tu.tree_structure(w.other)
         return Case("h(a)", {"h": hash, "a": a}, lambda r: isinstance(r, int) and r == hash(b))
+    if op == "flatten_with_path":
+        # ([(key_path, leaf), ...], treedef), the keys being DictKey, SequenceKey, ...
+        return Case(
+            "f(t)",
+            {"f": tu.tree_flatten_with_path, "t": tree},
+            lambda r: (
+                _same_objects([x for _, x in r[0]], expected)
+                and _paths_match([p for p, _ in r[0]], w.paths, _raw_key)
+                and r[1].num_leaves == len(expected)
+            ),
+        )
+    if op == "map_with_path":
+        return Case(
+            "f(g, t)",
+            {"f": tu.tree_map_with_path, "g": _leaf_of, "t": tree},
+            w.is_tree_like_input,
+        )
     raise ValueError(op)
 
 
-def _dmtree_cases(mod: Any, w: Workload, op: str) -> Case | None:
+def _oxtree_cases(mod: Any, w: Workload, op: str, face: str) -> Case | None:
+    if face == "jax" or op in PATH_OPS:
+        return _jax_style_cases(mod.tree_util, w, op)
+    return _optree_style_cases(mod, w, op)
+
+
+def _optree_cases(mod: Any, w: Workload, op: str, face: str) -> Case | None:
+    return _optree_style_cases(mod, w, op)
+
+
+def _jax_cases(mod: Any, w: Workload, op: str, face: str) -> Case | None:
+    return _jax_style_cases(mod.tree_util, w, op)
+
+
+def _dmtree_cases(mod: Any, w: Workload, op: str, face: str) -> Case | None:
     # dm-tree treats None as a leaf and has no treedef object.
     tree, expected = w.tree, w.leaves_none
 
@@ -464,12 +777,29 @@ def _dmtree_cases(mod: Any, w: Workload, op: str) -> Case | None:
         )
     if op in ("structure", "eq", "hash"):
         return None
+    if op == "flatten_with_path":
+        if not hasattr(mod, "flatten_with_path"):
+            return None
+        return Case(
+            "f(t)",
+            {"f": mod.flatten_with_path, "t": tree},
+            lambda r: (
+                _same_objects([x for _, x in r], expected)
+                and _paths_match([p for p, _ in r], w.paths_none)
+            ),
+        )
+    if op == "map_with_path":
+        if not hasattr(mod, "map_structure_with_path"):
+            return None
+        return Case(
+            "f(g, t)", {"f": mod.map_structure_with_path, "g": _leaf_of, "t": tree}, like_input
+        )
     raise ValueError(op)
 
 
-_ADAPTERS: dict[str, tuple[str, Callable[[Any, Workload, str], Case | None]]] = {
-    "oxtree": ("oxtree", _optree_like_cases),
-    "optree": ("optree", _optree_like_cases),
+_ADAPTERS: dict[str, tuple[str, Callable[[Any, Workload, str, str], Case | None]]] = {
+    "oxtree": ("oxtree", _oxtree_cases),
+    "optree": ("optree", _optree_cases),
     "jax": ("jax", _jax_cases),
     "dmtree": ("tree", _dmtree_cases),
 }
@@ -557,6 +887,7 @@ def run(
     quick: bool = False,
     target: float | None = None,
     progress: Callable[[str], None] | None = None,
+    face: str = "optree",
 ) -> dict[str, Any]:
     """Run the benchmark and return a JSON-serialisable dict of results.
 
@@ -564,6 +895,8 @@ def run(
     (or, with `quick=True`, a short subset of workloads and ops). `repeats` defaults to 7
     (3 when quick). `target` is the length of one repeat in seconds (default 0.03; 0.01
     when quick). `progress`, when given, is called with a short line per (workload, op).
+    `face` is what the oxtree column calls: "optree" (the main package) or "jax"
+    (`oxtree.tree_util`).
     """
     workload_names = _parse_list(
         workloads if workloads is not None or not quick else QUICK_WORKLOADS,
@@ -576,21 +909,53 @@ def run(
     target = target if target is not None else (0.01 if quick else 0.03)
     if repeats < 1:
         raise ValueError("repeats must be at least 1")
+    if face not in FACES:
+        raise ValueError(f"unknown face: {face}; choose from {', '.join(FACES)}")
 
     modules, skipped = load_libs(lib_names)
     with _recursion_limit(10_000):
-        rows = _run_rows(workload_names, op_names, modules, repeats, target, progress)
+        rows = _run_rows(workload_names, op_names, modules, repeats, target, progress, face)
     return {
         "meta": {
             "python": sys.version.split()[0],
             "platform": platform.platform(),
             "repeats": repeats,
             "target_s": target,
+            "face": face,
             "libs": {lib: _version(lib, mod) for lib, mod in modules.items()},
             "skipped": skipped,
         },
         "rows": rows,
     }
+
+
+def _workloads_for(
+    wname: str, modules: dict[str, Any]
+) -> tuple[dict[str, Workload | None], dict[str, str]]:
+    """Each library's tree for workload `wname` (None: n/a), and {lib: error} for libraries
+    whose custom class could not be made or registered.
+
+    Ordinary workloads build one tree shared by all libraries; `CUSTOM_WORKLOADS` build one
+    per library, from that library's registered class.
+    """
+    kind = CUSTOM_WORKLOADS.get(wname)
+    if kind is None:
+        shared = Workload(wname, WORKLOADS[wname])
+        return dict.fromkeys(modules, shared), {}
+    per_lib: dict[str, Workload | None] = {}
+    errors: dict[str, str] = {}
+    for lib, mod in modules.items():
+        try:
+            cls = _custom_class(lib, mod, kind)
+        except Exception as e:
+            errors[lib] = f"registering the {kind} class: {type(e).__name__}: {e}"[:300]
+            continue
+        if cls is None:
+            per_lib[lib] = None
+            continue
+        namespace = BENCH_NAMESPACE if lib == "optree" else ""
+        per_lib[lib] = Workload(wname, functools.partial(WORKLOADS[wname], cls), namespace)
+    return per_lib, errors
 
 
 def _run_rows(
@@ -600,16 +965,21 @@ def _run_rows(
     repeats: int,
     target: float,
     progress: Callable[[str], None] | None,
+    face: str = "optree",
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for wname in workload_names:
-        w = Workload(wname, WORKLOADS[wname])
+        per_lib, errors = _workloads_for(wname, modules)
         for op in op_names:
             cases: dict[str, Case] = {}
             row: dict[str, Any] = {"workload": wname, "op": op, "libs": {}}
             for lib, mod in modules.items():
+                if lib in errors:
+                    row["libs"][lib] = {"error": errors[lib], "correct": False}
+                    continue
+                w = per_lib[lib]
                 try:
-                    case = _ADAPTERS[lib][1](mod, w, op)
+                    case = None if w is None else _ADAPTERS[lib][1](mod, w, op, face)
                 except Exception as e:  # e.g. building the treedef for eq/hash failed
                     row["libs"][lib] = {"error": f"{type(e).__name__}: {e}"[:300], "correct": False}
                     continue
@@ -621,8 +991,8 @@ def _run_rows(
             row["libs"] = {lib: row["libs"][lib] for lib in modules if lib in row["libs"]}
             rows.append(row)
             if progress is not None:
-                progress(f"{wname:>9} {op:<9} done")
-        del w
+                progress(f"{wname:>11} {op:<17} done")
+        del per_lib
     return rows
 
 
@@ -706,6 +1076,21 @@ def format_table(results: dict[str, Any], summary: bool = True) -> str:
                     notes.append(f"  {row['workload']}/{row['op']}/{lib}: {e['error']}")
     for lib, why in meta["skipped"].items():
         notes.append(f"{lib} skipped: {why}")
+    if "oxtree" in libs:
+        if meta.get("face", "optree") == "jax":
+            notes.append("oxtree face: jax -- the oxtree column calls oxtree.tree_util.")
+        elif any(row["op"] in PATH_OPS for row in rows):
+            notes.append(
+                "oxtree face: optree -- the oxtree column calls oxtree.tree_* (the optree "
+                "drop-in), except for the path ops, which use oxtree.tree_util's."
+            )
+        else:
+            notes.append("oxtree face: optree -- the oxtree column calls oxtree.tree_*.")
+    if any(row["op"] in PATH_OPS for row in rows) and "optree" in libs:
+        notes.append(
+            "optree's path ops return raw paths ('a', 0); oxtree's and jax's build key "
+            "objects (DictKey('a'), SequenceKey(0)): different but comparable work."
+        )
     if ratio_pairs:
         notes.append("ox/X = oxtree time / X time (below 1.00x: oxtree is faster).")
     if any(row["op"] == "hash" for row in rows):
@@ -727,9 +1112,7 @@ def format_table(results: dict[str, Any], summary: bool = True) -> str:
             for op in (op for op in OPS if op in by_op):
                 cells = [op]
                 for o, _ in ratio_pairs:
-                    values = by_op[op].get(o, [])
-                    gm = math.exp(sum(map(math.log, values)) / len(values)) if values else None
-                    cells.append(_fmt_ratio(gm))
+                    cells.append(_fmt_ratio(_geomean(by_op[op].get(o, []))))
                 sbody.append(cells)
             lines += ["", *_render(sheader, sbody, left=1)]
 
@@ -740,6 +1123,52 @@ def format_table(results: dict[str, Any], summary: bool = True) -> str:
         *notes,
     ]
     return "\n".join(lines)
+
+
+def _geomean(values: Sequence[float]) -> float | None:
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def format_targets(results: dict[str, Any]) -> str:
+    """The targets against jax: per op, the geometric mean of ox/jax over the workloads
+    shown and every workload where oxtree is slower than jax (ox/jax > 1.00). Empty when
+    oxtree or jax was not run."""
+    rows = results["rows"]
+    ratios: dict[str, list[tuple[str, float]]] = {}
+    for row in rows:
+        value = _ratio(row, "oxtree", "jax")
+        if value is not None:
+            ratios.setdefault(row["op"], []).append((row["workload"], value))
+    if not ratios:
+        return ""
+    body: list[list[str]] = []
+    lists: list[str] = []
+    slower_rows = 0
+    for op in (op for op in OPS if op in ratios):
+        slower = [(wname, value) for wname, value in ratios[op] if value > 1.0]
+        slower_rows += len(slower)
+        listed = ", ".join(
+            # Three decimals where two would round a loss to "1.00x".
+            f"{wname} {value:.3f}x" if value < 1.005 else f"{wname} {value:.2f}x"
+            for wname, value in slower
+        )
+        gm = _geomean([value for _, value in ratios[op]])
+        body.append([op, _fmt_ratio(gm), "yes" if slower else "no"])
+        lists.append(listed)
+    table = _render(["op", "geomean ox/jax", "slower than jax?"], body, left=1)
+    # The list of workloads goes flush left after the table (_render right-aligns).
+    table = [
+        f"{line}  {extra}".rstrip() for line, extra in zip(table, ["", "", *lists], strict=True)
+    ]
+    face = results["meta"].get("face", "optree")
+    total = sum(len(v) for v in ratios.values())
+    return "\n".join(
+        [
+            f"targets (oxtree, {face} face, vs jax.tree_util; slower = ox/jax > 1.00)",
+            *table,
+            f"{slower_rows} of {total} (workload, op) pairs slower than jax.",
+        ]
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -756,6 +1185,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"3 repeats of ~10 ms on workloads {','.join(QUICK_WORKLOADS)} "
         f"and ops {','.join(QUICK_OPS)} (unless given explicitly)",
     )
+    parser.add_argument(
+        "--face",
+        choices=FACES,
+        default="optree",
+        help="what the oxtree column calls: the optree-compatible main package (default) "
+        "or oxtree.tree_util (jax), for a like-for-like comparison with jax.tree_util",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--list", action="store_true", help="list workloads, ops and libs")
     parser.add_argument("-q", "--no-progress", action="store_true", help="no progress lines")
@@ -765,6 +1201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("workloads:", ", ".join(WORKLOADS))
         print("ops:      ", ", ".join(OPS))
         print("libs:     ", ", ".join(LIBS))
+        print("faces:    ", ", ".join(FACES))
         return 0
 
     def progress(msg: str) -> None:
@@ -778,10 +1215,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             repeats=args.repeats,
             quick=args.quick,
             progress=None if args.no_progress else progress,
+            face=args.face,
         )
     except ValueError as e:
         parser.error(str(e))
     print(format_table(results))
+    targets = format_targets(results)
+    if targets:
+        print()
+        print(targets)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
+import json
 import pickle
 import sys
 import time
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import oxtree
+from oxtree import dataclasses as odc
 
 # --------------------------------------------------------------------------------------
 # Tiny helpers
@@ -245,6 +248,284 @@ def deep_trees() -> None:
 
 
 # --------------------------------------------------------------------------------------
+# Registering your own types
+# --------------------------------------------------------------------------------------
+
+
+class Vec2:
+    """A plain class, made a pytree node below."""
+
+    def __init__(self, x: Any, y: Any) -> None:
+        self.x, self.y = x, y
+
+    def __repr__(self) -> str:
+        return f"Vec2({self.x!r}, {self.y!r})"
+
+
+@section("Custom nodes: register_pytree_node")
+def custom_nodes() -> None:
+    oxtree.register_pytree_node(
+        Vec2,
+        lambda v: ((v.x, v.y), None),  # flatten: (children, aux_data)
+        lambda aux, children: Vec2(*children),  # unflatten: (aux_data, children) -> node
+    )
+    state = {"pos": Vec2(1.0, 2.0), "vel": Vec2(0.5, -0.5)}
+    show("state", state)
+    show("tree_leaves(state)", oxtree.tree_leaves(state))
+    print(f"  {'tree_structure(state)':<28} {oxtree.tree_structure(state)}")
+    show("tree_map(x * 10, state)", oxtree.tree_map(lambda x: x * 10, state))
+
+
+@oxtree.register_pytree_node_class
+class Box:
+    """A class that flattens itself: children are the items, the label is static."""
+
+    def __init__(self, items: list[Any], label: str) -> None:
+        self.items, self.label = items, label
+
+    def __repr__(self) -> str:
+        return f"Box({self.items!r}, label={self.label!r})"
+
+    def tree_flatten(self) -> tuple[list[Any], str]:
+        return self.items, self.label
+
+    @classmethod
+    def tree_unflatten(cls, label: str, items: Any) -> Box:
+        return cls(list(items), label)
+
+
+@section("register_pytree_node_class: a class that flattens itself")
+def node_class() -> None:
+    box = Box([1, 2, 3], "ids")
+    show("box", box)
+    print(f"  {'tree_structure(box)':<28} {oxtree.tree_structure(box)}")
+    show("tree_map(str, box)", oxtree.tree_map(str, box))
+    note("the label is aux data: it lives in the spec, so it is never mapped over")
+
+
+@odc.dataclass
+class Layer:
+    weight: list[float]
+    bias: float
+    name: str = odc.field(default="dense", pytree_node=False)
+
+
+@section("Dataclasses: oxtree.dataclasses.dataclass")
+def dataclass_nodes() -> None:
+    layer = Layer([1.0, 2.0], 0.5)
+    show("layer", layer)
+    show("tree_leaves(layer)", oxtree.tree_leaves(layer))
+    print(f"  {'tree_structure(layer)':<28} {oxtree.tree_structure(layer)}")
+    show("tree_map(x * 2, layer)", oxtree.tree_map(lambda x: x * 2, layer))
+    note("field(pytree_node=False) makes `name` metadata kept in the spec, not a leaf")
+
+
+@dataclasses.dataclass(frozen=True)
+class Interval:
+    lo: float
+    hi: float
+
+    def __post_init__(self) -> None:
+        if not self.lo <= self.hi:
+            raise ValueError(f"empty interval [{self.lo}, {self.hi}]")
+
+
+@section("register_dataclass(init_on_unflatten=False)")
+def dataclass_no_init() -> None:
+    oxtree.register_dataclass(Interval, init_on_unflatten=False)
+    interval = Interval(1.0, 2.0)
+    show("interval", interval)
+    show("tree_map(-x, interval)", oxtree.tree_map(lambda x: -x, interval))
+    expect_error("whereas calling Interval(-1.0, -2.0):", lambda: Interval(-1.0, -2.0))
+    note("unflattening skipped __init__/__post_init__ and its lo <= hi check: mapped trees")
+    note("often hold values __init__ would refuse (tracers, None, placeholders)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    activation: str
+    depth: int
+
+
+@section("register_static: hashable values kept in the spec")
+def static_nodes() -> None:
+    oxtree.register_static(Config)
+    model = {"config": Config("relu", 3), "w": [1.0, 2.0]}
+    show("model", model)
+    show("tree_leaves(model)", oxtree.tree_leaves(model))
+    print(f"  {'tree_structure(model)':<28} {oxtree.tree_structure(model)}")
+    other = {"config": Config("gelu", 3), "w": [1.0, 2.0]}
+    show("same spec with 'gelu'?", oxtree.tree_structure(model) == oxtree.tree_structure(other))
+    note("a static node has no children: its value is part of the structure (think jit keys)")
+
+
+class Meters:
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"Meters({self.value!r})"
+
+
+@section("Namespaces: registrations that only some calls see")
+def namespaces() -> None:
+    oxtree.register_pytree_node(
+        Meters, lambda m: ((m.value,), None), lambda _, c: Meters(*c), namespace="units"
+    )
+    tree = [Meters(3.0), Meters(4.0)]
+    show("tree", tree)
+    show("tree_leaves(tree)", oxtree.tree_leaves(tree))
+    show("... namespace='units'", oxtree.tree_leaves(tree, namespace="units"))
+    print(f"  {'spec, namespace=units':<28} {oxtree.tree_structure(tree, namespace='units')}")
+    show("tree_map, namespace='units'", oxtree.tree_map(lambda x: x * 100, tree, namespace="units"))
+    note("without the namespace a Meters is a leaf; libraries can register without clashing")
+
+
+@section("oxtree.Partial: a functools.partial that is a pytree")
+def partial_demo() -> None:
+    def affine(x: float, scale: float, *, shift: float) -> float:
+        return x * scale + shift
+
+    p = oxtree.Partial(affine, 2.0, shift=1.0)
+    show("p(1.0)", p(1.0))
+    show("tree_leaves(p)", oxtree.tree_leaves(p))
+    q = oxtree.tree_map(lambda v: v * 10, p)
+    show("type(q)", type(q))
+    show("q(1.0)", q(1.0))
+    note("the function is static (in the spec); bound arguments and keywords are leaves")
+
+
+# --------------------------------------------------------------------------------------
+# Key paths
+# --------------------------------------------------------------------------------------
+
+
+@section("Key paths: tree_leaves_with_path and keystr")
+def key_paths() -> None:
+    tree = {"layers": [Layer([1.0], 0.1), Layer([2.0], 0.2)], "step": Point(3, None)}
+    for path, leaf in oxtree.tree_leaves_with_path(tree):
+        print(f"  {oxtree.keystr(path):<28} {leaf!r}")
+    path, _ = oxtree.tree_leaves_with_path(tree)[0]
+    show("first path", path)
+    note("JAX's key objects: DictKey, SequenceKey, GetAttrKey (namedtuples and dataclasses)")
+
+
+@section("optree-style paths: tree_flatten_with_path")
+def raw_paths() -> None:
+    tree = {"b": [10, 20], "a": {"x": 30}}
+    paths, leaves, spec = oxtree.tree_flatten_with_path(tree)
+    show("paths", paths)
+    show("leaves", leaves)
+    print(f"  {'spec':<28} {spec}")
+    note("optree's raw entries (dict keys, indices), returned with the leaves and the spec")
+
+
+@section("Accessors: codify() and tree_set")
+def accessors_demo() -> None:
+    params = {"enc": {"w": [1, 2]}, "dec": (3, Point(4, 5))}
+    accessors, leaves, _ = oxtree.tree_flatten_with_accessor(params)
+    for accessor, leaf in zip(accessors, leaves, strict=True):
+        print(f"  {accessor.codify('params'):<28} {leaf!r}   fetched again: {accessor(params)!r}")
+    where = accessors[0]
+    print(f"  {'where':<28} {where.codify('params')}")
+    new = oxtree.tree_set(params, where, 100)
+    show("tree_set(params, where, 100)", new)
+    show("params itself unchanged", params)
+    show("new['enc'] is params['enc']", new["enc"] is params["enc"])
+    note("only the nodes on the path are copied; everything off it is shared")
+
+
+# --------------------------------------------------------------------------------------
+# Tree algebra
+# --------------------------------------------------------------------------------------
+
+
+@section("Prefixes: tree_broadcast_prefix and prefix_errors (vmap's in_axes)")
+def prefixes() -> None:
+    args = ("a1", {"k1": "a2", "k2": "a3"})
+    in_axes = (None, 0)
+    show("args", args)
+    show("in_axes", in_axes)
+    broadcast = oxtree.tree_broadcast_prefix(in_axes, args, none_is_leaf=True)
+    show("broadcast in_axes", broadcast)
+    note("none_is_leaf=True: None means 'do not map' here, a leaf rather than an empty node")
+    bad = (None, [0, 1])
+    show("bad in_axes", bad)
+    for make_error in oxtree.prefix_errors(bad, args, none_is_leaf=True):
+        print(f"    -> {make_error('in_axes')}")
+
+
+@section("tree_transpose, tree_reduce, tree_sum")
+def transpose_and_reduce() -> None:
+    history = [{"loss": 0.9, "acc": 0.5}, {"loss": 0.6, "acc": 0.7}, {"loss": 0.4, "acc": 0.8}]
+    outer = oxtree.tree_structure([0, 0, 0])
+    inner = oxtree.tree_structure({"loss": 0, "acc": 0})
+    show("history", history)
+    show("tree_transpose(outer, inner)", oxtree.tree_transpose(outer, inner, history))
+    counts = {"train": [3, 4], "eval": (5, None)}
+    show("counts", counts)
+    show("tree_reduce(max, counts)", oxtree.tree_reduce(max, counts))
+    show("tree_sum(counts)", oxtree.tree_sum(counts))
+
+
+@section("tree_partition and tree_combine")
+def partition_combine() -> None:
+    state = {"w": 0.5, "step": 3, "b": [0.1, 7]}
+    floats, rest = oxtree.tree_partition(lambda x: isinstance(x, float), state)
+    show("state", state)
+    show("floats", floats)
+    show("rest", rest)
+    show("tree_combine(floats, rest)", oxtree.tree_combine(floats, rest))
+    note("split what an optimizer updates from what it must not touch, then put it back")
+
+
+@section("Treespecs: is_prefix, constructors, JSON")
+def treespec_algebra() -> None:
+    full = oxtree.tree_structure({"a": 1, "b": (2, 3)})
+    prefix = oxtree.tree_structure({"a": 0, "b": 0})
+    print(f"  {'full':<28} {full}")
+    print(f"  {'prefix':<28} {prefix}")
+    show("prefix.is_prefix(full)", prefix.is_prefix(full))
+    show("full.is_prefix(prefix)", full.is_prefix(prefix))
+    built = oxtree.treespec_dict(
+        {"w": oxtree.treespec_leaf(), "b": oxtree.treespec_tuple([oxtree.treespec_leaf()] * 2)}
+    )
+    print(f"  {'treespec_dict(...)':<28} {built}")
+    show("built.unflatten([1, 2, 3])", built.unflatten([1, 2, 3]))
+    doc = built.to_json()
+    text = json.dumps(doc)
+    show("to_json() (nodes)", doc["nodes"])
+    print(f"  {'treespec_from_json(text)':<28} {oxtree.treespec_from_json(text)}")
+    show("round trip equal", oxtree.treespec_from_json(text) == built)
+    note(f"{len(text)} bytes of JSON, no pickle: safe to load from untrusted storage")
+
+
+# --------------------------------------------------------------------------------------
+# The JAX face
+# --------------------------------------------------------------------------------------
+
+
+@section("The JAX face: oxtree.tree_util and oxtree.tree")
+def jax_face() -> None:
+    from oxtree import tree_util as jtu
+
+    tree = {"b": 1, "a": (2, None)}
+    leaves, treedef = jtu.tree_flatten(tree)
+    show("leaves", leaves)
+    print(f"  {'treedef':<28} {treedef}")
+    show("jtu.tree_unflatten", jtu.tree_unflatten(treedef, leaves))
+    note("JAX's rules: PyTreeDef(...) reprs and dicts rebuilt in sorted key order")
+    leaves, spec = oxtree.tree_flatten(tree)
+    show("oxtree.tree_unflatten", oxtree.tree_unflatten(spec, leaves))
+    note("... while the optree face keeps insertion order")
+    show("oxtree.tree.map(x * 2, tree)", oxtree.tree.map(lambda x: x * 2, tree))
+    paths = [jtu.keystr(p) for p, _ in jtu.tree_leaves_with_path(tree)]
+    show("keystr of each leaf's path", paths)
+    note("registrations are shared: a type registered through either face is a node in both")
+    print(f"  {'jtu.tree_structure(layer)':<28} {jtu.tree_structure(Layer([1.0], 0.5))}")
+
+
+# --------------------------------------------------------------------------------------
 # Speed (keep this section last)
 # --------------------------------------------------------------------------------------
 
@@ -255,7 +536,7 @@ def speed() -> None:
     import bench
 
     results = bench.run(
-        workloads=["tuple3", "mixed1k", "dict10k", "resnet50"],
+        workloads=["tuple3", "mixed1k", "dict10k", "resnet50", "custom1k", "dataclass1k"],
         ops=["flatten", "unflatten", "map1", "map2"],
         libs=["oxtree", "jax", "optree"],
         quick=True,

@@ -30,11 +30,11 @@ class Partial(functools.partial):
         # that compares and hashes as the inner partial does, so two Partials around the same
         # inner partial have equal treedefs (and share a jit cache entry).
         if isinstance(func, functools.partial):
-            func = _StaticCallable(func)
+            func = _HashableCallableShim(func)
         return super().__new__(cls, func, *args, **kw)
 
 
-class _StaticCallable:
+class _HashableCallableShim:
     """Wraps a callable so functools.partial does not merge it; equal when the wrapped are."""
 
     __slots__ = ("args", "func", "keywords", "wrapped")
@@ -47,7 +47,7 @@ class _StaticCallable:
         return self.wrapped(*args, **kwargs)
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, _StaticCallable):
+        if not isinstance(other, _HashableCallableShim):
             return NotImplemented
         return self.wrapped == other.wrapped
 
@@ -55,7 +55,8 @@ class _StaticCallable:
         return hash(self.wrapped)
 
     def __repr__(self) -> str:
-        return repr(self.wrapped)
+        # The name and form jax.tree_util.Partial's treedefs print, so reprs match JAX's.
+        return f"_HashableCallableShim({self.wrapped!r})"
 
 
 #: optree's name for it.

@@ -205,14 +205,17 @@ def tree_reduce_associative(
     items = tree_leaves(tree, is_leaf)
     if not items:
         if identity is _UNSPECIFIED:
-            raise ValueError("Must specify identity for parallel reduction of empty tree")
+            raise TypeError("Must specify identity for parallel reduction of empty tree")
         return identity
-    while len(items) > 1:
-        paired = [operation(a, b) for a, b in zip(items[::2], items[1::2], strict=False)]
-        if len(items) % 2:
-            paired.append(items[-1])
-        items = paired
-    return items[0]
+
+    # Halves, recursively, as JAX pairs them (depth log2 of the leaf count).
+    def reduce(lo: int, hi: int) -> Any:
+        if hi - lo == 1:
+            return items[lo]
+        mid = lo + (hi - lo) // 2
+        return operation(reduce(lo, mid), reduce(mid, hi))
+
+    return reduce(0, len(items))
 
 
 def tree_transpose(
@@ -227,13 +230,11 @@ def tree_transpose(
     if inner_treedef is None:
         inner_treedef = tree_structure(outer_treedef.flatten_up_to(pytree_to_transpose)[0])
     inner_size, outer_size = inner_treedef.num_leaves, outer_treedef.num_leaves
-    expected = outer_treedef.compose(inner_treedef)
-    if treedef != expected:
+    if treedef.num_leaves != inner_size * outer_size:
+        expected = outer_treedef.compose(inner_treedef)
         raise TypeError(f"Mismatch\n{treedef}\n != \n{expected}")
     rows = [flat[i * inner_size : (i + 1) * inner_size] for i in range(outer_size)]
-    columns = [outer_treedef.unflatten(col) for col in zip(*rows, strict=True)] if rows else []
-    if not rows:
-        columns = [outer_treedef.unflatten([]) for _ in range(inner_size)]
+    columns = [outer_treedef.unflatten(col) for col in zip(*rows, strict=True)]
     return inner_treedef.unflatten(columns)
 
 
@@ -245,12 +246,13 @@ def tree_broadcast(
     >>> tree_broadcast((None, 0), (None, {'k1': 1, 'k2': 2}))
     (None, {'k1': 0, 'k2': 0})
     """
+    # `is_leaf` applies to the prefix only, as in JAX.
     prefix_leaves, prefix_def = tree_flatten(prefix_tree, is_leaf)
     subtrees = prefix_def.flatten_up_to(full_tree)
-    full_def = tree_structure(full_tree, is_leaf)
+    full_def = tree_structure(full_tree)
     out: list[Any] = []
     for leaf, sub in zip(prefix_leaves, subtrees, strict=True):
-        out.extend([leaf] * tree_structure(sub, is_leaf).num_leaves)
+        out.extend([leaf] * tree_structure(sub).num_leaves)
     return full_def.unflatten(out)
 
 
@@ -270,26 +272,40 @@ def _aux(treedef: PyTreeDef) -> Any:
     return data
 
 
+def _as_jax_children(tree: Any, children: list[Any]) -> Any:
+    # JAX hands back what the node's own flatten gives: the tuple itself, a tuple of a
+    # mapping's values, () for None, a list otherwise.
+    if tree is None:
+        return ()
+    if type(tree) in (tuple, dict):
+        return tuple(children)
+    return children
+
+
 def flatten_one_level(tree: Any) -> tuple[Iterable[Any], Hashable]:
     """The children of the root and its aux data; ValueError for a leaf.
 
     >>> flatten_one_level({'b': 1, 'a': 2})
-    ([2, 1], ('a', 'b'))
+    ((2, 1), ('a', 'b'))
     """
     children, treedef = _one_level(tree)
-    return children, _aux(treedef)
+    return _as_jax_children(tree, children), _aux(treedef)
 
 
 def flatten_one_level_with_keys(tree: Any) -> tuple[Iterable[KeyLeafPair], Hashable]:
     """The ``(key, child)`` pairs of the root and its aux data.
 
     >>> flatten_one_level_with_keys([5])
-    ([(SequenceKey(idx=0), 5)], None)
+    (((SequenceKey(idx=0), 5),), None)
     """
     pairs, treedef = tree_flatten_with_path(tree, lambda p, x: len(p) == 1, True)
     if treedef.num_nodes == 1 and treedef.num_leaves == 1:
         raise ValueError(f"can't tree-flatten type: {type(tree)}")
-    return [(path[0], child) for path, child in pairs], _aux(treedef.one_level() or treedef)
+    keyed = [(path[0], child) for path, child in pairs]
+    # JAX's builtin nodes give a tuple of pairs; its registered ones (OrderedDict,
+    # defaultdict, user types) what their flatten gives, a list here.
+    builtin = type(tree) in (tuple, list, dict) or tree is None or is_namedtuple_class(type(tree))
+    return (tuple(keyed) if builtin else keyed), _aux(treedef.one_level() or treedef)
 
 
 def is_tree_node(typ: type) -> bool:

@@ -127,7 +127,9 @@ pub fn hash(spec: &PyTreeSpec, py: Python<'_>) -> PyResult<isize> {
                     h,
                     node.custom().as_ref().map_or(0, |r| r.ty.as_ptr() as u64),
                 );
-                if let Some(aux) = &node.data {
+                // JAX's face accepts unhashable aux data: its hash leaves aux data out
+                // (equal treespecs still hash alike).
+                if let (Some(aux), super::Face::Optree) = (&node.data, spec.face) {
                     h = mix(h, aux.bind(py).hash()? as u64);
                 }
             }

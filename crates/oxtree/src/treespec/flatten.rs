@@ -396,33 +396,44 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
         let py = self.py;
         // SAFETY: every mapping kind is a dict subclass (checked by the caller).
         let dict = unsafe { obj.cast_unchecked::<PyDict>() };
-        let (keys, insertion) = if kind == Kind::OrderedDict {
+        let (keys, insertion, items) = if kind == Kind::OrderedDict {
             // The OrderedDict's own order, which its dict storage need not follow.
-            (iter_to_list(&obj)?, None)
-        } else {
-            let keys = dict.keys();
-            if keys.len() <= 1 {
-                (keys, None)
-            } else {
-                let sorted = sort_keys(&keys, self.face == Face::Jax)?;
-                let insertion = insertion_positions(&sorted, &keys);
-                (sorted, insertion)
-            }
-        };
-        let n = keys.len();
-        let items = if kind != Kind::OrderedDict && insertion.is_none() {
-            // Leaf order is the dict's own order: take the values in one call.
-            Items::List(dict.values())
-        } else {
-            let mut values = Vec::with_capacity(n);
+            let keys = iter_to_list(&obj)?;
+            let mut values = Vec::with_capacity(keys.len());
             for key in keys.iter() {
                 match dict_get(dict, &key)? {
                     Some(v) => values.push(v),
                     None => return Err(self.mutated_at(stack, "dict")),
                 }
             }
-            Items::Owned(values.into_iter())
+            (keys, None, Items::Owned(values.into_iter()))
+        } else {
+            // One pass over the dict's storage (insertion order) takes keys and values; the
+            // key list is then sorted in place and the values permuted to match, with no
+            // lookups and one Python list per dict (the kept key list): fewer allocations of
+            // collected objects means fewer garbage-collector passes (9% of a gpt2 flatten).
+            let (ins_keys, ins_values) = dict_items(dict);
+            let keys = list_of(py, &ins_keys);
+            if keys.len() > 1 {
+                sort_keys_in_place(&keys, &ins_keys, self.face == Face::Jax)?;
+            }
+            match insertion_positions(&keys, &ins_keys) {
+                None => (keys, None, Items::Owned(ins_values.into_iter())),
+                Some(positions) => {
+                    // positions[i] = leaf index of the i-th key in insertion order.
+                    let mut slots: Vec<Option<Bound<'py, PyAny>>> = vec![None; positions.len()];
+                    for (value, &leaf) in ins_values.into_iter().zip(positions.iter()) {
+                        slots[leaf] = Some(value);
+                    }
+                    let values: Vec<_> = slots
+                        .into_iter()
+                        .map(|v| v.expect("a permutation"))
+                        .collect();
+                    (keys, Some(positions), Items::Owned(values.into_iter()))
+                }
+            }
         };
+        let n = keys.len();
         let mut node = Node::bare(kind, n, 0, 0);
         if kind == Kind::DefaultDict {
             node.data = Some(obj.getattr(intern!(py, "default_factory"))?.unbind());
@@ -463,8 +474,10 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
         }
         // Aux data goes into the treedef, which is hashed and compared: refuse it here, with
         // the type named, rather than later in a jit cache lookup.
-        let known_hashable =
-            aux.is_none() || (aux.is_exact_instance_of::<PyTuple>() && aux.len()? == 0);
+        // JAX accepts any aux data; its face follows it.
+        let known_hashable = self.face == Face::Jax
+            || aux.is_none()
+            || (aux.is_exact_instance_of::<PyTuple>() && aux.len()? == 0);
         if let Err(e) = if known_hashable { Ok(0) } else { aux.hash() } {
             let err = TreeError::Type(format!(
                 "the aux data of a {} node must be hashable, got {}",
@@ -622,19 +635,53 @@ pub fn iter_to_list<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>
 /// Up to this many keys, leaf positions are found by a linear scan rather than a hash map.
 const SMALL_MAPPING: usize = 16;
 
+/// The keys (borrowed pointers, kept alive by the dict and then by the key list) and values
+/// (owned) of a dict, in its storage order, which for dict and defaultdict is insertion order.
+fn dict_items<'py>(dict: &Bound<'py, PyDict>) -> (Vec<*mut ffi::PyObject>, Vec<Bound<'py, PyAny>>) {
+    let py = dict.py();
+    let n = dict.len();
+    let mut keys = Vec::with_capacity(n);
+    let mut values = Vec::with_capacity(n);
+    let mut pos: ffi::Py_ssize_t = 0;
+    let mut key: *mut ffi::PyObject = std::ptr::null_mut();
+    let mut value: *mut ffi::PyObject = std::ptr::null_mut();
+    // SAFETY: PyDict_Next yields borrowed references valid while the dict is unchanged; no
+    // Python code runs during this loop, and every value is turned into an owned reference.
+    unsafe {
+        while ffi::PyDict_Next(dict.as_ptr(), &mut pos, &mut key, &mut value) != 0 {
+            keys.push(key);
+            values.push(Bound::from_borrowed_ptr(py, value));
+        }
+    }
+    (keys, values)
+}
+
+/// A new list holding (new references to) the given objects.
+fn list_of<'py>(py: Python<'py>, items: &[*mut ffi::PyObject]) -> Bound<'py, PyList> {
+    // SAFETY: every pointer is a live object (held by the dict being walked); each slot of the
+    // new list is filled once with a new reference.
+    unsafe {
+        let list = Bound::from_owned_ptr(py, ffi::PyList_New(items.len() as ffi::Py_ssize_t));
+        for (i, &item) in items.iter().enumerate() {
+            ffi::Py_INCREF(item);
+            ffi::PyList_SET_ITEM(list.as_ptr(), i as ffi::Py_ssize_t, item);
+        }
+        list.cast_into_unchecked()
+    }
+}
+
 /// For each key in insertion order, its position in leaf (sorted) order; `None` when the two
-/// orders agree. Both lists hold the same key objects, so positions are found by identity.
+/// orders agree. Both hold the same key objects, so positions are found by identity.
 fn insertion_positions(
     sorted: &Bound<'_, PyList>,
-    insertion: &Bound<'_, PyList>,
+    insertion: &[*mut ffi::PyObject],
 ) -> Option<Box<[usize]>> {
     let leaf: Vec<*mut ffi::PyObject> = sorted.iter().map(|k| k.as_ptr()).collect();
-    let order: Vec<*mut ffi::PyObject> = insertion.iter().map(|k| k.as_ptr()).collect();
-    if leaf == order {
+    if leaf == insertion {
         return None;
     }
     let positions: Option<Vec<usize>> = if leaf.len() <= SMALL_MAPPING {
-        order
+        insertion
             .iter()
             .map(|p| leaf.iter().position(|q| q == p))
             .collect()
@@ -644,7 +691,7 @@ fn insertion_positions(
         for (i, p) in leaf.iter().enumerate() {
             at.insert(*p as usize, i);
         }
-        order
+        insertion
             .iter()
             .map(|p| at.get(&(*p as usize)).copied())
             .collect()
@@ -655,6 +702,43 @@ fn insertion_positions(
             .expect("the sorted keys are the same objects as the dict's keys")
             .into_boxed_slice(),
     )
+}
+
+/// Sorts `keys` in place: by `<`, else (a TypeError, optree's rule) by the qualified name of
+/// the key's type then the key, else insertion order (`original`); JAX's rule (`strict`)
+/// raises ValueError instead. Other exceptions propagate.
+fn sort_keys_in_place(
+    keys: &Bound<'_, PyList>,
+    original: &[*mut ffi::PyObject],
+    strict: bool,
+) -> PyResult<()> {
+    let py = keys.py();
+    let err = match keys.sort() {
+        Ok(()) => return Ok(()),
+        Err(e) => e,
+    };
+    // A failed sort leaves its list permuted: put the insertion order back first. The keys
+    // are alive: the list holds a reference to each, whatever order it left them in.
+    for (i, &key) in original.iter().enumerate() {
+        // SAFETY: `key` is one of the list's own items, so it is alive.
+        let key = unsafe { Bound::from_borrowed_ptr(py, key) };
+        keys.set_item(i, key)?;
+    }
+    if strict {
+        let out = pyo3::exceptions::PyValueError::new_err(
+            "Comparator raised exception while sorting pytree dictionary keys.",
+        );
+        out.set_cause(py, Some(err));
+        return Err(out);
+    }
+    if !err.is_instance_of::<PyTypeError>(py) {
+        return Err(err);
+    }
+    let sorted = sort_keys(keys, false)?;
+    for (i, key) in sorted.iter().enumerate() {
+        keys.set_item(i, key)?;
+    }
+    Ok(())
 }
 
 /// The keys in sorted order, as a new list. Keys that cannot be compared with each other

@@ -299,7 +299,7 @@ impl PyTreeSpec {
             .iter()
             .map(|n| n.clone_ref(py))
             .collect();
-        PyTreeSpec::new(nodes, self.none_is_leaf, self.namespace.clone())
+        self.derive(nodes)
     }
 
     /// The steps from the root to node `idx`: (node index, child position) pairs.

@@ -181,8 +181,9 @@ fn jax_custom_label(py: Python<'_>, node: &super::Node) -> PyResult<(String, Str
             format!("({}, {})", repr_of(data())?, keys_tuple()?),
         ),
         _ => {
+            // JAX prints a custom node's aux data with str().
             let reg = node.custom().as_ref().expect("kept");
-            (reg.name(py), repr_of(data())?)
+            (reg.name(py), data().str()?.to_string())
         }
     })
 }

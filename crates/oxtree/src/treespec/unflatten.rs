@@ -121,11 +121,16 @@ pub fn build_with<'py>(
                 let children = tuple_from(py, stack.drain(start..));
                 match f_node {
                     Some(f) => {
-                        let data = super::ops::jax_node_data(py, node)?;
-                        let data = if data.is_none() {
-                            data
+                        let data = if node.kind == Kind::NamedTuple {
+                            // JAX hands a namedtuple's class to walk's f_node.
+                            node.data.as_ref().expect("kept").bind(py).clone()
                         } else {
-                            data.get_item(1)?
+                            let data = super::ops::jax_node_data(py, node)?;
+                            if data.is_none() {
+                                data
+                            } else {
+                                data.get_item(1)?
+                            }
                         };
                         f.call1((children, data))?
                     }
