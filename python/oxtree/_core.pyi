@@ -112,7 +112,7 @@ class PyTreeSpec:
         f_node: Callable[[Any], Any] | None = None,
         f_leaf: Callable[[Any], Any] | None = None,
     ) -> Any: ...
-    def walk(self, a: Any, /, b: Any = None, c: Any = None) -> Any:
+    def walk(self, a: Any, /, f_node: Any = None, f_leaf: Any = None) -> Any:
         """optree's ``walk(leaves, f_node, f_leaf)``; JAX's ``walk(f_node, f_leaf, leaves)``
         on a JAX-face treedef."""
     @staticmethod

@@ -51,9 +51,13 @@ def _decode_key(doc: Any) -> Any:
         ((tag, value),) = doc.items()
         if tag == "none" and value is None:
             return None
-        cast = {"bool": bool, "int": int, "float": float}.get(tag)
-        if cast is not None and type(value) in (bool, int, float):
-            return cast(value)
+        # Each tag takes only its own JSON type: no silent conversions.
+        if tag == "bool" and type(value) is bool:
+            return value
+        if tag == "int" and type(value) is int:
+            return value
+        if tag == "float" and type(value) in (int, float):
+            return float(value)
     raise ValueError(f"treespec_from_json: bad dict key {doc!r}")
 
 
@@ -132,7 +136,7 @@ def treespec_from_json(doc: str | bytes | dict[str, Any], /) -> PyTreeSpec:
     if isinstance(doc, str | bytes):
         try:
             doc = json.loads(doc)
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, RecursionError) as e:
             raise ValueError(f"treespec_from_json: not JSON: {e}") from None
     if not isinstance(doc, dict) or doc.get("format") != JSON_FORMAT:
         raise ValueError("treespec_from_json: not an oxtree treespec document")
@@ -153,6 +157,8 @@ def treespec_from_json(doc: str | bytes | dict[str, Any], /) -> PyTreeSpec:
         data = keys = insertion = None
         try:
             if kind in (PyTreeKind.DICT, PyTreeKind.DEFAULTDICT, PyTreeKind.ORDEREDDICT):
+                if not isinstance(rest[0], list):
+                    raise ValueError(f"treespec_from_json: node {i}: keys must be a list")
                 keys = tuple(_decode_key(k) for k in rest[0])
                 if kind != PyTreeKind.ORDEREDDICT and rest[1] is not None:
                     insertion = tuple(rest[1])

@@ -16,6 +16,7 @@ from typing import Any
 
 from oxtree import _core
 from oxtree._core import PyTreeSpec
+from oxtree.types import is_namedtuple_instance, is_structseq_instance
 
 __all__ = [
     "treespec_accessors",
@@ -55,8 +56,16 @@ _SLOT = _Slot()
 
 
 def _check(spec: Any) -> PyTreeSpec:
+    """A child of a constructor must be a treespec (ValueError, as optree says)."""
     if not isinstance(spec, PyTreeSpec):
-        raise TypeError(f"expected a PyTreeSpec, got {spec!r}")
+        raise ValueError(f"expected a PyTreeSpec, got {spec!r}")
+    return spec
+
+
+def _arg(spec: Any) -> PyTreeSpec:
+    """The argument of a function form must be a treespec (TypeError)."""
+    if not isinstance(spec, PyTreeSpec):
+        raise TypeError(f"expected a PyTreeSpec, got {type(spec).__name__}: {spec!r}")
     return spec
 
 
@@ -70,6 +79,10 @@ def _from_collection(
             raise ValueError(
                 f"expected treespecs with none_is_leaf={none_is_leaf}, got one with "
                 f"none_is_leaf={child.none_is_leaf}"
+            )
+        if namespace and child.namespace and child.namespace != namespace:
+            raise ValueError(
+                f"expected treespecs of namespace {namespace!r}, got one of {child.namespace!r}"
             )
     shape = _core.tree_structure(
         collection, lambda x: x is _SLOT, none_is_leaf=none_is_leaf, namespace=namespace
@@ -210,6 +223,8 @@ def treespec_deque(
     PyTreeSpec(deque([*], maxlen=4))
     """
     children = list(iterable)
+    if maxlen is not None:
+        children = children[len(children) - maxlen :] if maxlen else []  # a deque keeps the last
     shape = collections.deque([_SLOT for _ in children], maxlen=maxlen)
     return _from_collection(shape, children, none_is_leaf, namespace)
 
@@ -224,6 +239,8 @@ def treespec_namedtuple(
     >>> treespec_namedtuple(P(treespec_leaf(), treespec_none()))
     PyTreeSpec(P(x=*, y=None))
     """
+    if not is_namedtuple_instance(namedtuple):
+        raise ValueError(f"expected a namedtuple of PyTreeSpecs, got {namedtuple!r}")
     children = list(namedtuple)
     shape = type(namedtuple)(*(_SLOT for _ in children))
     return _from_collection(shape, children, none_is_leaf, namespace)
@@ -239,6 +256,8 @@ def treespec_structseq(
     >>> spec.num_leaves
     9
     """
+    if not is_structseq_instance(structseq):
+        raise ValueError(f"expected a struct sequence of PyTreeSpecs, got {structseq!r}")
     children = list(structseq)
     shape = type(structseq)([_SLOT for _ in children])
     return _from_collection(shape, children, none_is_leaf, namespace)
@@ -252,17 +271,16 @@ def treespec_from_collection(
     >>> treespec_from_collection({'a': treespec_leaf(), 'b': [treespec_leaf()]})
     Traceback (most recent call last):
     ...
-    TypeError: expected a PyTreeSpec, got [PyTreeSpec(*)]
+    ValueError: expected a PyTreeSpec, got [PyTreeSpec(*)]
     >>> treespec_from_collection([treespec_leaf(), treespec_none()])
     PyTreeSpec([*, None])
     """
-    if collection is None:
-        return treespec_none(none_is_leaf=none_is_leaf, namespace=namespace)
     children, shape = _core.tree_flatten(
         collection, lambda x: x is not collection, none_is_leaf=none_is_leaf, namespace=namespace
     )
-    if shape.is_leaf():
-        raise TypeError(f"expected a container of PyTreeSpecs, got {collection!r}")
+    if shape.num_nodes == 1:
+        # A leaf (or None) is its own treespec (optree also warns here).
+        return shape
     for child in children:
         _check(child)
     return _from_collection(
@@ -272,37 +290,37 @@ def treespec_from_collection(
 
 def treespec_paths(treespec: PyTreeSpec, /) -> list[tuple[Any, ...]]:
     """``treespec.paths()``."""
-    return _check(treespec).paths()
+    return _arg(treespec).paths()
 
 
 def treespec_accessors(treespec: PyTreeSpec, /) -> Any:
     """``treespec.accessors()``."""
-    return _check(treespec).accessors()
+    return _arg(treespec).accessors()
 
 
 def treespec_entries(treespec: PyTreeSpec, /) -> list[Any]:
     """``treespec.entries()``."""
-    return _check(treespec).entries()
+    return _arg(treespec).entries()
 
 
 def treespec_entry(treespec: PyTreeSpec, index: int, /) -> Any:
     """``treespec.entry(index)``."""
-    return _check(treespec).entry(index)
+    return _arg(treespec).entry(index)
 
 
 def treespec_children(treespec: PyTreeSpec, /) -> list[PyTreeSpec]:
     """``treespec.children()``."""
-    return _check(treespec).children()
+    return _arg(treespec).children()
 
 
 def treespec_child(treespec: PyTreeSpec, index: int, /) -> PyTreeSpec:
     """``treespec.child(index)``."""
-    return _check(treespec).child(index)
+    return _arg(treespec).child(index)
 
 
 def treespec_one_level(treespec: PyTreeSpec, /) -> PyTreeSpec | None:
     """``treespec.one_level()``."""
-    return _check(treespec).one_level()
+    return _arg(treespec).one_level()
 
 
 def treespec_transform(
@@ -312,33 +330,33 @@ def treespec_transform(
     f_leaf: Callable[[PyTreeSpec], PyTreeSpec] | None = None,
 ) -> PyTreeSpec:
     """``treespec.transform(f_node, f_leaf)``."""
-    return _check(treespec).transform(f_node, f_leaf)
+    return _arg(treespec).transform(f_node, f_leaf)
 
 
-def treespec_is_leaf(treespec: PyTreeSpec, /, strict: bool = True) -> bool:
+def treespec_is_leaf(treespec: PyTreeSpec, /, *, strict: bool = True) -> bool:
     """``treespec.is_leaf(strict)``."""
-    return _check(treespec).is_leaf(strict=strict)
+    return _arg(treespec).is_leaf(strict=strict)
 
 
 def treespec_is_strict_leaf(treespec: PyTreeSpec, /) -> bool:
     """Whether the treespec is exactly one leaf."""
-    return _check(treespec).is_leaf(strict=True)
+    return _arg(treespec).is_leaf(strict=True)
 
 
 def treespec_is_one_level(treespec: PyTreeSpec, /) -> bool:
     """``treespec.is_one_level()``."""
-    return _check(treespec).is_one_level()
+    return _arg(treespec).is_one_level()
 
 
 def treespec_is_prefix(
     treespec: PyTreeSpec, other_treespec: PyTreeSpec, /, *, strict: bool = False
 ) -> bool:
     """``treespec.is_prefix(other_treespec, strict=strict)``."""
-    return _check(treespec).is_prefix(_check(other_treespec), strict=strict)
+    return _arg(treespec).is_prefix(_arg(other_treespec), strict=strict)
 
 
 def treespec_is_suffix(
     treespec: PyTreeSpec, other_treespec: PyTreeSpec, /, *, strict: bool = False
 ) -> bool:
     """``treespec.is_suffix(other_treespec, strict=strict)``."""
-    return _check(treespec).is_suffix(_check(other_treespec), strict=strict)
+    return _arg(treespec).is_suffix(_arg(other_treespec), strict=strict)

@@ -51,12 +51,35 @@ pub fn spec_of(
 pub fn flatten_impl<'py>(
     tree: &Bound<'py, PyAny>,
     opts: &Options<'_, 'py>,
-) -> PyResult<(Bound<'py, PyList>, PyTreeSpec)> {
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyTreeSpec>)> {
     check_is_leaf(opts.is_leaf)?;
     let reg = registry::snapshot();
     let flat = flatten::flatten_opts::<true, true>(tree, opts, &reg)?;
-    let spec = spec_of(flat.nodes, flat.namespaced, opts);
+    let acyclic = flat.acyclic;
+    let spec = spec_into_py(
+        tree.py(),
+        spec_of(flat.nodes, flat.namespaced, opts),
+        acyclic,
+    )?;
     Ok((list_from_vec(tree.py(), flat.leaves), spec))
+}
+
+/// The treespec as a Python object, untracked by the collector when it holds nothing that
+/// could be part of a cycle (most treespecs: leaves, tuples, lists, dicts with str keys).
+/// Measured on a gpt2-like dict flatten: the collector's passes over young treespecs were a
+/// tenth of the time.
+pub fn spec_into_py(
+    py: Python<'_>,
+    spec: PyTreeSpec,
+    acyclic: bool,
+) -> PyResult<Bound<'_, PyTreeSpec>> {
+    let obj = Bound::new(py, spec)?;
+    if acyclic {
+        // SAFETY: the object is alive and tracked; its own dealloc untracks it only if it is
+        // still tracked. Nothing it holds can reach it back.
+        unsafe { pyo3::ffi::PyObject_GC_UnTrack(obj.as_ptr().cast()) };
+    }
+    Ok(obj)
 }
 
 /// The leaves under `opts`.
@@ -74,11 +97,16 @@ pub fn leaves_impl<'py>(
 pub fn structure_impl<'py>(
     tree: &Bound<'py, PyAny>,
     opts: &Options<'_, 'py>,
-) -> PyResult<PyTreeSpec> {
+) -> PyResult<Bound<'py, PyTreeSpec>> {
     check_is_leaf(opts.is_leaf)?;
     let reg = registry::snapshot();
     let flat = flatten::flatten_opts::<true, false>(tree, opts, &reg)?;
-    Ok(spec_of(flat.nodes, flat.namespaced, opts))
+    let acyclic = flat.acyclic;
+    spec_into_py(
+        tree.py(),
+        spec_of(flat.nodes, flat.namespaced, opts),
+        acyclic,
+    )
 }
 
 /// `tree_unflatten(treespec, leaves)` with a clear error for a non-treespec.
@@ -288,7 +316,7 @@ pub fn tree_flatten<'py>(
     is_leaf: Option<&Bound<'py, PyAny>>,
     none_is_leaf: bool,
     namespace: &str,
-) -> PyResult<(Bound<'py, PyList>, PyTreeSpec)> {
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyTreeSpec>)> {
     flatten_impl(tree, &Options::new(is_leaf, none_is_leaf, namespace))
 }
 
@@ -318,7 +346,7 @@ pub fn tree_structure<'py>(
     is_leaf: Option<&Bound<'py, PyAny>>,
     none_is_leaf: bool,
     namespace: &str,
-) -> PyResult<PyTreeSpec> {
+) -> PyResult<Bound<'py, PyTreeSpec>> {
     structure_impl(tree, &Options::new(is_leaf, none_is_leaf, namespace))
 }
 

@@ -30,7 +30,7 @@ fn jax_opts<'a, 'py>(
 fn tree_flatten<'py>(
     tree: &Bound<'py, PyAny>,
     is_leaf: Option<&Bound<'py, PyAny>>,
-) -> PyResult<(Bound<'py, PyList>, PyTreeSpec)> {
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyTreeSpec>)> {
     api::flatten_impl(tree, &jax_opts(is_leaf, false))
 }
 
@@ -56,7 +56,7 @@ fn tree_leaves<'py>(
 fn tree_structure<'py>(
     tree: &Bound<'py, PyAny>,
     is_leaf: Option<&Bound<'py, PyAny>>,
-) -> PyResult<PyTreeSpec> {
+) -> PyResult<Bound<'py, PyTreeSpec>> {
     api::structure_impl(tree, &jax_opts(is_leaf, false))
 }
 

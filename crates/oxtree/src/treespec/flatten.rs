@@ -81,6 +81,9 @@ pub struct Flat<'py> {
     pub nodes: Vec<Node>,
     /// True when a custom node came from a non-global namespace.
     pub namespaced: bool,
+    /// True when the nodes hold no object that could be part of a reference cycle (only
+    /// untracked key lists and ints): the treespec need not be tracked by the collector.
+    pub acyclic: bool,
 }
 
 /// The children of the container a frame walks.
@@ -199,6 +202,7 @@ pub struct Flattener<'a, 'py, P, const NONE_LEAF: bool, const NODES: bool, const
     nodes: Vec<Node>,
     leaf_count: usize,
     namespaced: bool,
+    acyclic: bool,
     next_cycle_check: usize,
     /// Ask custom nodes for their keys (JAX's `flatten_with_keys`) while walking.
     with_keys: bool,
@@ -221,6 +225,7 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
             nodes: Vec::new(),
             leaf_count: 0,
             namespaced: false,
+            acyclic: true,
             next_cycle_check: FIRST_CYCLE_CHECK,
             with_keys: false,
             face: Face::Optree,
@@ -229,7 +234,7 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
     }
 
     fn run(mut self, root: &Bound<'py, PyAny>) -> PyResult<Flat<'py>> {
-        let mut stack: Vec<Frame<'py>> = Vec::new();
+        let mut stack: Vec<Frame<'py>> = Vec::with_capacity(16);
         self.visit(root.clone(), &mut stack)?;
         while let Some(top) = stack.last_mut() {
             let child = match &mut top.items {
@@ -275,6 +280,7 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
             leaves: self.leaves,
             nodes: self.nodes,
             namespaced: self.namespaced,
+            acyclic: self.acyclic,
         })
     }
 
@@ -364,10 +370,12 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
                 if !reg.namespace.is_empty() {
                     self.namespaced = true;
                 }
+                self.acyclic = false;
                 self.open_custom(obj, reg)?
             }
             Class::Node(kind) => match kind {
                 Kind::NamedTuple | Kind::StructSeq => {
+                    self.acyclic = false;
                     // SAFETY: namedtuples and struct sequences are tuple subclasses.
                     let t = unsafe { obj.clone().cast_into_unchecked::<PyTuple>() };
                     let mut node = Node::bare(kind, t.len(), 0, 0);
@@ -422,12 +430,23 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
             if let Some(positions) = &insertion {
                 permute(&mut values, positions);
             }
+            // JAX rebuilds dicts sorted: its treespecs keep no insertion order.
+            let insertion = if self.face == Face::Jax {
+                None
+            } else {
+                insertion
+            };
             (keys, insertion, Items::Owned(values.into_iter()))
         };
         let n = keys.len();
+        self.reserve(n);
         let mut node = Node::bare(kind, n, 0, 0);
         if kind == Kind::DefaultDict {
+            self.acyclic = false;
             node.data = Some(obj.getattr(intern!(py, "default_factory"))?.unbind());
+        }
+        if !untrack_if_atomic(&keys) {
+            self.acyclic = false;
         }
         node.set_keys(Some(keys.unbind()));
         node.set_insertion(insertion);
@@ -626,6 +645,26 @@ pub fn iter_to_list<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>
 /// Up to this many keys, leaf positions are found by a linear scan rather than a hash map.
 const SMALL_MAPPING: usize = 16;
 
+/// Untracks a key list whose items are all of atomic types (str, int, float, bool, None):
+/// it cannot be part of a reference cycle, so the collector need not visit it (CPython
+/// does the same for tuples). Returns whether it did.
+fn untrack_if_atomic(keys: &Bound<'_, PyList>) -> bool {
+    let atomic = keys.iter().all(|k| {
+        k.is_exact_instance_of::<pyo3::types::PyString>()
+            || k.is_exact_instance_of::<pyo3::types::PyInt>()
+            || k.is_exact_instance_of::<pyo3::types::PyFloat>()
+            || k.is_exact_instance_of::<pyo3::types::PyBool>()
+            || k.is_none()
+    });
+    if atomic {
+        // SAFETY: the list is alive and tracked; untracking is what CPython does itself for
+        // containers of atomic objects. It is never mutated to hold anything else: it is
+        // private to the treedef.
+        unsafe { ffi::PyObject_GC_UnTrack(keys.as_ptr().cast()) };
+    }
+    atomic
+}
+
 /// Temporaries sized for the small dicts most trees are made of, off the heap.
 type Small<T> = SmallVec<[T; SMALL_MAPPING]>;
 
@@ -671,8 +710,10 @@ fn insertion_positions(
     sorted: &Bound<'_, PyList>,
     insertion: &[*mut ffi::PyObject],
 ) -> Option<Box<[usize]>> {
-    // SAFETY (both closures): indices are below the list's length, which nothing changes here.
-    let item = |i: usize| unsafe { ffi::PyList_GET_ITEM(sorted.as_ptr(), i as ffi::Py_ssize_t) };
+    let item = |i: usize| {
+        // SAFETY: callers pass indices below the list's length, which nothing changes here.
+        unsafe { ffi::PyList_GET_ITEM(sorted.as_ptr(), i as ffi::Py_ssize_t) }
+    };
     if (0..insertion.len()).all(|i| item(i) == insertion[i]) {
         return None;
     }

@@ -42,7 +42,7 @@ pub fn tuple_from_vec<'py>(py: Python<'py>, items: Vec<Bound<'py, PyAny>>) -> Bo
     unflatten::tuple_from(py, items.into_iter())
 }
 
-/// One node of a treedef. Kept small (48 bytes): leaves, tuples and lists, most of every
+/// One node of a treedef. Kept small (56 bytes): leaves, tuples and lists, most of every
 /// tree, carry no payload, and the rarer payloads live behind one box.
 pub struct Node {
     pub kind: Kind,
@@ -52,15 +52,16 @@ pub struct Node {
     /// NamedTuple / StructSeq: the type. DefaultDict: the default factory. Deque: `maxlen`
     /// (None or int). Custom: the auxiliary data.
     pub data: Option<Py<PyAny>>,
+    /// Mapping kinds: the keys in leaf order (sorted for dict and defaultdict, insertion order
+    /// for OrderedDict). Private: never handed out without a copy. Inline, not boxed: most
+    /// dicts then need no allocation of their own.
+    keys: Option<Py<PyList>>,
     extra: Option<Box<NodeExtra>>,
 }
 
 /// The payloads of mapping and custom nodes.
 #[derive(Default)]
 struct NodeExtra {
-    /// Mapping kinds: the keys in leaf order (sorted for dict and defaultdict, insertion order
-    /// for OrderedDict). Private: never handed out without a copy.
-    keys: Option<Py<PyList>>,
     /// Dict and defaultdict, when the insertion order differs from `keys`: the leaf position
     /// of each key in insertion order (a permutation of `0..arity`).
     insertion: Option<Box<[usize]>>,
@@ -71,7 +72,6 @@ struct NodeExtra {
     entries: Option<Py<PyTuple>>,
 }
 
-const NO_KEYS: &Option<Py<PyList>> = &None;
 const NO_INSERTION: &Option<Box<[usize]>> = &None;
 const NO_CUSTOM: &Option<Arc<Registration>> = &None;
 const NO_ENTRIES: &Option<Py<PyTuple>> = &None;
@@ -87,12 +87,13 @@ impl Node {
             num_leaves,
             num_nodes,
             data: None,
+            keys: None,
             extra: None,
         }
     }
 
     pub fn keys(&self) -> &Option<Py<PyList>> {
-        self.extra.as_ref().map_or(NO_KEYS, |e| &e.keys)
+        &self.keys
     }
     pub fn insertion(&self) -> &Option<Box<[usize]>> {
         self.extra.as_ref().map_or(NO_INSERTION, |e| &e.insertion)
@@ -110,9 +111,7 @@ impl Node {
         value.is_some() || self.extra.is_some()
     }
     pub fn set_keys(&mut self, keys: Option<Py<PyList>>) {
-        if self.wants_extra(&keys) {
-            self.extra_mut().keys = keys;
-        }
+        self.keys = keys;
     }
     pub fn set_insertion(&mut self, insertion: Option<Box<[usize]>>) {
         if self.wants_extra(&insertion) {
@@ -137,9 +136,9 @@ impl Node {
             num_leaves: self.num_leaves,
             num_nodes: self.num_nodes,
             data: self.data.as_ref().map(|d| d.clone_ref(py)),
+            keys: self.keys.as_ref().map(|k| k.clone_ref(py)),
             extra: self.extra.as_ref().map(|e| {
                 Box::new(NodeExtra {
-                    keys: e.keys.as_ref().map(|k| k.clone_ref(py)),
                     insertion: e.insertion.clone(),
                     custom: e.custom.clone(),
                     entries: e.entries.as_ref().map(|k| k.clone_ref(py)),
@@ -540,7 +539,11 @@ impl PyTreeSpec {
     /// Whether the root's children are all leaves (and the root is not a leaf).
     fn is_one_level(&self) -> bool {
         let root = self.root();
-        root.kind != Kind::Leaf && self.nodes.len() == root.arity + 1
+        root.kind != Kind::Leaf
+            && self.nodes.len() == root.arity + 1
+            && self.nodes[..self.nodes.len() - 1]
+                .iter()
+                .all(|n| n.kind == Kind::Leaf)
     }
 
     /// The root's node data, as optree reports it (the keys of a dict, a namedtuple's type,
@@ -573,13 +576,15 @@ impl PyTreeSpec {
     /// Walks the tree bottom up. optree's form `walk(leaves, f_node, f_leaf)` calls
     /// `f_node(type, node_data, children)`; on a JAX-face treedef the form is JAX's,
     /// `walk(f_node, f_leaf, leaves)` with `f_node(children, node_data)`.
-    #[pyo3(signature = (a, /, b = None, c = None))]
+    #[pyo3(signature = (a, /, f_node = None, f_leaf = None))]
     fn walk<'py>(
         &self,
         a: &Bound<'py, PyAny>,
-        b: Option<&Bound<'py, PyAny>>,
-        c: Option<&Bound<'py, PyAny>>,
+        f_node: Option<&Bound<'py, PyAny>>,
+        f_leaf: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        // JAX's positional form `walk(f_node, f_leaf, leaves)` lands in (a, f_node, f_leaf).
+        let (b, c) = (f_node, f_leaf);
         let callable = |x: Option<&Bound<'py, PyAny>>| x.filter(|f| !f.is_none()).cloned();
         let (leaves, f_node, f_leaf) = match self.face {
             Face::Optree => (a, callable(b), callable(c)),

@@ -123,10 +123,15 @@ pub fn is_prefix(py: Python<'_>, a: &PyTreeSpec, b: &PyTreeSpec, strict: bool) -
             proper |= y.kind != Kind::Leaf;
             continue;
         }
-        if !compare::same_node(py, x, y)? {
+        let Some(order) = matching_children(py, a.face, x, y)? else {
             return Ok(false);
-        }
-        pairs.extend(a.child_indices(i).into_iter().zip(b.child_indices(j)));
+        };
+        let theirs = b.child_indices(j);
+        pairs.extend(
+            a.child_indices(i)
+                .into_iter()
+                .zip(order.into_iter().map(|k| theirs[k])),
+        );
     }
     Ok(!strict || proper)
 }
@@ -305,10 +310,19 @@ pub fn transform(
     for (idx, node) in spec.nodes.iter().enumerate() {
         if node.kind == Kind::Leaf {
             let leaf = spec.derive(vec![Node::LEAF]);
-            stack.push(match f_leaf {
+            let out = match f_leaf {
                 Some(f) => call(f, leaf, "f_leaf")?,
                 None => Py::new(py, leaf)?,
-            });
+            };
+            if out.bind(py).get().none_is_leaf != spec.none_is_leaf {
+                return Err(TreeError::Value(format!(
+                    "transform: f_leaf returned a treespec with none_is_leaf={}, expected {}",
+                    out.bind(py).get().none_is_leaf,
+                    spec.none_is_leaf
+                ))
+                .into());
+            }
+            stack.push(out);
             continue;
         }
         let children: Vec<Py<PyTreeSpec>> = stack.split_off(stack.len() - node.arity);
@@ -317,6 +331,28 @@ pub fn transform(
             Some(f) => call(f, one, "f_node")?,
             None => Py::new(py, one)?,
         };
+        {
+            let s = shape.bind(py).get();
+            if s.none_is_leaf != spec.none_is_leaf {
+                return Err(TreeError::Value(format!(
+                    "transform: f_node returned a treespec with none_is_leaf={}, expected {}",
+                    s.none_is_leaf, spec.none_is_leaf
+                ))
+                .into());
+            }
+            let one_level = s.nodes.len() == s.root().arity + 1
+                && s.nodes[..s.nodes.len() - 1]
+                    .iter()
+                    .all(|n| n.kind == Kind::Leaf);
+            if !one_level || s.root().arity != node.arity {
+                return Err(TreeError::Value(format!(
+                    "transform: f_node must return a one-level treespec with {} children, got {}",
+                    node.arity,
+                    super::repr::repr(s, py)?
+                ))
+                .into());
+            }
+        }
         let refs: Vec<PyRef<'_, PyTreeSpec>> =
             children.iter().map(|c| c.bind(py).borrow()).collect();
         let grafted = graft(py, shape.bind(py).get(), &refs)?;
@@ -324,7 +360,18 @@ pub fn transform(
     }
     let root = stack.pop().expect("a treespec has a root");
     let root = root.bind(py).get();
-    Ok(root.derive(root.nodes.iter().map(|n| n.clone_ref(py)).collect()))
+    // The namespace survives even when the custom nodes were transformed away (optree's rule).
+    let namespace = if root.namespace.is_empty() {
+        spec.namespace.clone()
+    } else {
+        root.namespace.clone()
+    };
+    Ok(PyTreeSpec::new(
+        root.nodes.iter().map(|n| n.clone_ref(py)).collect(),
+        root.none_is_leaf,
+        namespace,
+    )
+    .with_face(root.face))
 }
 
 /// A JAX-face treedef from JAX's node data (`(type, data)`, or None for a leaf) and children.

@@ -111,6 +111,7 @@ fn key_list<'py>(
 #[pyfunction]
 #[pyo3(name = "_rebuild_treespec")]
 pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
+    let py = state.py();
     let state = state.cast::<PyTuple>().map_err(|_| bad("not a tuple"))?;
     if state.len() != 4 && state.len() != 5 {
         return Err(bad(format!("expected 5 fields, got {}", state.len())));
@@ -172,6 +173,11 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
         let data = t.get_item(2)?;
         let keys = key_list(&t.get_item(3)?, "keys", i)?;
         let insertion = positions(&t.get_item(4)?, i)?;
+        if insertion.is_some() && !matches!(kind, Kind::Dict | Kind::DefaultDict) {
+            return Err(bad(format!(
+                "node {i}: only dict nodes have an insertion order"
+            )));
+        }
         let custom_type = t.get_item(5)?;
         let entries = t.get_item(6)?;
         if !entries.is_none() {
@@ -195,6 +201,7 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
         match kind {
             Kind::Leaf | Kind::None | Kind::Tuple | Kind::List => {
                 if (matches!(kind, Kind::Leaf | Kind::None) && arity != 0)
+                    || (kind == Kind::None && none_is_leaf)
                     || !data_none
                     || keys.is_some()
                 {
@@ -209,6 +216,20 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
                         "node {i}: {} keys for {arity} children",
                         k.len()
                     )));
+                }
+                // Keys must be distinct and hashable, and in leaf order (sorted, or insertion
+                // order when the keys do not sort) for dict and defaultdict.
+                let distinct = pyo3::types::PySet::new(py, k.iter())
+                    .map_err(|_| bad(format!("node {i}: dict keys must be hashable")))?;
+                if distinct.len() != arity {
+                    return Err(bad(format!("node {i}: repeated dict keys")));
+                }
+                if kind != Kind::OrderedDict && arity > 1 {
+                    let sorted = super::flatten::sort_keys(&k, false)?;
+                    let same = sorted.iter().zip(k.iter()).all(|(a, b)| a.is(&b));
+                    if !same {
+                        return Err(bad(format!("node {i}: dict keys are not in sorted order")));
+                    }
                 }
                 if let Some(order) = &insertion {
                     let mut seen = vec![false; arity];
@@ -255,6 +276,9 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
             }
             Kind::Deque => {
                 if !data_none {
+                    if !data.is_exact_instance_of::<pyo3::types::PyInt>() {
+                        return Err(bad(format!("node {i}: maxlen must be an int or None")));
+                    }
                     let m: isize = data
                         .extract()
                         .map_err(|_| bad(format!("node {i}: maxlen must be an int or None")))?;

@@ -103,14 +103,14 @@ pub fn build_with<'py>(
                     None => leaf,
                 }
             }
-            (Kind::None, Visit::Rebuild | Visit::Traverse { .. }) => py.None().into_bound(py),
+            (Kind::None, Visit::Rebuild) => py.None().into_bound(py),
             (_, Visit::Rebuild) => {
                 let start = stack.len() - node.arity;
                 make_node(py, spec.face, node, stack.drain(start..))?
             }
             (_, Visit::Traverse { f_node, .. }) => {
                 let start = stack.len() - node.arity;
-                let obj = make_node(py, spec.face, node, stack.drain(start..))?;
+                let obj = rebuild(py, spec.face, node, stack.drain(start..))?;
                 match f_node {
                     Some(f) => f.call1((obj,))?,
                     None => obj,
@@ -134,7 +134,7 @@ pub fn build_with<'py>(
                         };
                         f.call1((children, data))?
                     }
-                    None => make_node(
+                    None => rebuild(
                         py,
                         spec.face,
                         node,
@@ -150,7 +150,7 @@ pub fn build_with<'py>(
                         let ty = node.py_type(py).unwrap_or_else(|| py.None().into_bound(py));
                         f.call1((ty, super::ops::node_data(py, node)?, children))?
                     }
-                    None => make_node(
+                    None => rebuild(
                         py,
                         spec.face,
                         node,
@@ -178,6 +178,19 @@ fn new_dict(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyAny>> {
     }
     // SAFETY: returns a new reference to an empty dict, or NULL with an exception set.
     unsafe { Bound::from_owned_ptr_or_err(py, _PyDict_NewPresized(n as ffi::Py_ssize_t)) }
+}
+
+/// A node rebuilt from its children, None included (it has none).
+fn rebuild<'py>(
+    py: Python<'py>,
+    face: Face,
+    node: &Node,
+    children: impl ExactSizeIterator<Item = Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    if node.kind == Kind::None {
+        return Ok(py.None().into_bound(py));
+    }
+    make_node(py, face, node, children)
 }
 
 /// A new tuple that takes over the references of `items`.
