@@ -484,8 +484,12 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
         }
         // Aux data goes into the treedef, which is hashed and compared: refuse it here, with
         // the type named, rather than later in a jit cache lookup.
-        // JAX accepts any aux data; its face follows it.
+        // JAX accepts any aux data; its face follows it. A dataclass without meta fields
+        // has the empty tuple.
+        let no_meta =
+            matches!(&reg.rule, crate::registry::Rule::Dataclass { meta, .. } if meta.is_empty());
         let known_hashable = self.face == Face::Jax
+            || no_meta
             || aux.is_none()
             || (aux.is_exact_instance_of::<PyTuple>() && aux.len()? == 0);
         if let Err(e) = if known_hashable { Ok(0) } else { aux.hash() } {

@@ -42,7 +42,7 @@ pub fn tuple_from_vec<'py>(py: Python<'py>, items: Vec<Bound<'py, PyAny>>) -> Bo
     unflatten::tuple_from(py, items.into_iter())
 }
 
-/// One node of a treedef. Kept small (56 bytes): leaves, tuples and lists, most of every
+/// One node of a treedef. Kept small (64 bytes): leaves, tuples and lists, most of every
 /// tree, carry no payload, and the rarer payloads live behind one box.
 pub struct Node {
     pub kind: Kind,
@@ -56,6 +56,9 @@ pub struct Node {
     /// for OrderedDict). Private: never handed out without a copy. Inline, not boxed: most
     /// dicts then need no allocation of their own.
     keys: Option<Py<PyList>>,
+    /// Custom nodes: how to put the node back together (inline: registered nodes are as
+    /// common as dicts in some trees, dataclass-heavy ones above all).
+    custom: Option<Arc<Registration>>,
     extra: Option<Box<NodeExtra>>,
 }
 
@@ -65,15 +68,12 @@ struct NodeExtra {
     /// Dict and defaultdict, when the insertion order differs from `keys`: the leaf position
     /// of each key in insertion order (a permutation of `0..arity`).
     insertion: Option<Box<[usize]>>,
-    /// Custom nodes: how to put the node back together.
-    custom: Option<Arc<Registration>>,
     /// Custom nodes: the keys of the children, when the flatten function gave them (optree's
     /// entries, or JAX's keys from `flatten_with_keys`).
     entries: Option<Py<PyTuple>>,
 }
 
 const NO_INSERTION: &Option<Box<[usize]>> = &None;
-const NO_CUSTOM: &Option<Arc<Registration>> = &None;
 const NO_ENTRIES: &Option<Py<PyTuple>> = &None;
 
 impl Node {
@@ -88,6 +88,7 @@ impl Node {
             num_nodes,
             data: None,
             keys: None,
+            custom: None,
             extra: None,
         }
     }
@@ -99,7 +100,7 @@ impl Node {
         self.extra.as_ref().map_or(NO_INSERTION, |e| &e.insertion)
     }
     pub fn custom(&self) -> &Option<Arc<Registration>> {
-        self.extra.as_ref().map_or(NO_CUSTOM, |e| &e.custom)
+        &self.custom
     }
     pub fn entries(&self) -> &Option<Py<PyTuple>> {
         self.extra.as_ref().map_or(NO_ENTRIES, |e| &e.entries)
@@ -119,9 +120,7 @@ impl Node {
         }
     }
     pub fn set_custom(&mut self, custom: Option<Arc<Registration>>) {
-        if self.wants_extra(&custom) {
-            self.extra_mut().custom = custom;
-        }
+        self.custom = custom;
     }
     pub fn set_entries(&mut self, entries: Option<Py<PyTuple>>) {
         if self.wants_extra(&entries) {
@@ -137,10 +136,10 @@ impl Node {
             num_nodes: self.num_nodes,
             data: self.data.as_ref().map(|d| d.clone_ref(py)),
             keys: self.keys.as_ref().map(|k| k.clone_ref(py)),
+            custom: self.custom.clone(),
             extra: self.extra.as_ref().map(|e| {
                 Box::new(NodeExtra {
                     insertion: e.insertion.clone(),
-                    custom: e.custom.clone(),
                     entries: e.entries.as_ref().map(|k| k.clone_ref(py)),
                 })
             }),
