@@ -264,7 +264,7 @@ pub fn keyed_pairs_impl<'py>(
     let pairs: Vec<Bound<'py, PyAny>> = paths
         .into_iter()
         .zip(leaves)
-        .map(|(p, l)| crate::treespec::tuple_from_vec(py, vec![p.into_any(), l]).into_any())
+        .map(|(p, l)| crate::treespec::tuple_pair(py, p.into_any(), l).into_any())
         .collect();
     Ok((list_from_vec(py, pairs), spec))
 }

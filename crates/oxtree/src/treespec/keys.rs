@@ -61,6 +61,25 @@ fn raw_key<'py>(py: Python<'py>, node: &Node, j: usize) -> PyResult<Bound<'py, P
     Ok(j.into_pyobject(py)?.into_any())
 }
 
+/// How many `SequenceKey`s are made once and shared: keys are immutable, so every path may
+/// hold the same `SequenceKey(3)`.
+const SHARED_SEQUENCE_KEYS: usize = 1024;
+
+static SEQUENCE_KEYS: pyo3::sync::PyOnceLock<Vec<Py<SequenceKey>>> = pyo3::sync::PyOnceLock::new();
+
+/// `SequenceKey(j)`, shared for small `j`.
+fn sequence_key(py: Python<'_>, j: usize) -> PyResult<Bound<'_, PyAny>> {
+    if j < SHARED_SEQUENCE_KEYS {
+        let keys = SEQUENCE_KEYS.get_or_try_init(py, || {
+            (0..SHARED_SEQUENCE_KEYS)
+                .map(|i| Py::new(py, SequenceKey { idx: i as isize }))
+                .collect::<PyResult<Vec<_>>>()
+        })?;
+        return Ok(keys[j].bind(py).clone().into_any());
+    }
+    Ok(Bound::new(py, SequenceKey { idx: j as isize })?.into_any())
+}
+
 /// The key of child `j` of `node` in the given style.
 pub fn child_key<'py>(
     py: Python<'py>,
@@ -96,7 +115,7 @@ pub fn child_key<'py>(
                 let key = j.into_pyobject(py)?.into_any().unbind();
                 return Ok(Bound::new(py, FlattenedIndexKey { key })?.into_any());
             }
-            Ok(Bound::new(py, SequenceKey { idx: j as isize })?.into_any())
+            sequence_key(py, j)
         }
     }
 }

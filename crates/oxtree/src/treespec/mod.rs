@@ -37,6 +37,15 @@ pub fn unflatten_list<'py>(py: Python<'py>, items: Vec<Bound<'py, PyAny>>) -> Bo
     unflatten::list_from(py, items.into_iter())
 }
 
+/// A 2-tuple that takes over the two references.
+pub fn tuple_pair<'py>(
+    py: Python<'py>,
+    a: Bound<'py, PyAny>,
+    b: Bound<'py, PyAny>,
+) -> Bound<'py, PyTuple> {
+    unflatten::tuple_from(py, [a, b].into_iter())
+}
+
 /// A tuple that takes over the references in `items`.
 pub fn tuple_from_vec<'py>(py: Python<'py>, items: Vec<Bound<'py, PyAny>>) -> Bound<'py, PyTuple> {
     unflatten::tuple_from(py, items.into_iter())
