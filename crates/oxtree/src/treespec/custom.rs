@@ -96,20 +96,39 @@ fn noted(py: Python<'_>, err: PyErr, which: &str, reg: &Registration) -> PyErr {
     err
 }
 
+/// The TypeError for a registered function that returned something of the wrong shape.
+#[cold]
+fn bad_result(
+    py: Python<'_>,
+    reg: &Registration,
+    which: &str,
+    expected: &str,
+    why: &str,
+    out: &Bound<'_, PyAny>,
+) -> PyErr {
+    TreeError::Type(format!(
+        "the {which} function registered for {} must return {expected}; {why}: {}",
+        reg.name(py),
+        short_repr(out, 80)
+    ))
+    .into()
+}
+
 /// Splits what a registered flatten function returned into its children and aux data.
 fn split_flatten_result<'py>(
     py: Python<'py>,
     reg: &Registration,
     out: &Bound<'py, PyAny>,
 ) -> PyResult<Flattened<'py>> {
-    let bad = |why: &str| -> PyErr {
-        TreeError::Type(format!(
-            "the flatten function registered for {} must return (children, aux_data) or \
-             (children, aux_data, entries); {why}: {}",
-            reg.name(py),
-            short_repr(out, 80)
-        ))
-        .into()
+    let bad = |why: &str| {
+        bad_result(
+            py,
+            reg,
+            "flatten",
+            "(children, aux_data) or (children, aux_data, entries)",
+            why,
+            out,
+        )
     };
     let Ok(parts) = out.cast::<PyTuple>() else {
         return Err(bad("it returned"));
@@ -165,14 +184,15 @@ fn split_keyed_result<'py>(
     reg: &Registration,
     out: &Bound<'py, PyAny>,
 ) -> PyResult<Flattened<'py>> {
-    let bad = |why: &str| -> PyErr {
-        TreeError::Type(format!(
-            "the flatten_with_keys function registered for {} must return \
-             ([(key, child), ...], aux_data); {why}: {}",
-            reg.name(py),
-            short_repr(out, 80)
-        ))
-        .into()
+    let bad = |why: &str| {
+        bad_result(
+            py,
+            reg,
+            "flatten_with_keys",
+            "([(key, child), ...], aux_data)",
+            why,
+            out,
+        )
     };
     let parts = out.cast::<PyTuple>().map_err(|_| bad("it returned"))?;
     if parts.len() != 2 {

@@ -193,27 +193,39 @@ fn rebuild<'py>(
     make_node(py, face, node, children)
 }
 
+/// Moves `items` into the `n` NULL slots of a new sequence with `set` (which steals).
+///
+/// # Safety
+/// `seq` must be a new tuple or list of exactly `items.len()` NULL slots, seen by no other
+/// code yet, and `set` the matching `SET_ITEM`.
+unsafe fn fill_new<'py>(
+    seq: &Bound<'py, PyAny>,
+    items: impl ExactSizeIterator<Item = Bound<'py, PyAny>>,
+    set: unsafe fn(*mut ffi::PyObject, ffi::Py_ssize_t, *mut ffi::PyObject),
+) {
+    let n = items.len();
+    let mut i = 0;
+    for item in items.take(n) {
+        // SAFETY: slot `i < n` of a new sequence, filled once with a reference it steals.
+        unsafe { set(seq.as_ptr(), i as ffi::Py_ssize_t, item.into_ptr()) };
+        i += 1;
+    }
+    assert_eq!(
+        i, n,
+        "an ExactSizeIterator yielded fewer items than it promised"
+    );
+}
+
 /// A new tuple that takes over the references of `items`.
 pub fn tuple_from<'py>(
     py: Python<'py>,
     items: impl ExactSizeIterator<Item = Bound<'py, PyAny>>,
 ) -> Bound<'py, PyTuple> {
-    let n = items.len();
-    // SAFETY: PyTuple_New returns a new tuple of `n` NULL slots (or NULL on memory error,
-    // which `from_owned_ptr` turns into a panic caught at the boundary); every slot is then
-    // filled exactly once with a reference it steals.
+    // SAFETY: PyTuple_New returns a new tuple of `n` NULL slots (NULL on memory error, which
+    // `from_owned_ptr` turns into a panic caught at the boundary), filled by `fill_new`.
     unsafe {
-        let t = ffi::PyTuple_New(n as ffi::Py_ssize_t);
-        let t = Bound::from_owned_ptr(py, t);
-        let mut i = 0;
-        for item in items.take(n) {
-            ffi::PyTuple_SET_ITEM(t.as_ptr(), i as ffi::Py_ssize_t, item.into_ptr());
-            i += 1;
-        }
-        assert_eq!(
-            i, n,
-            "an ExactSizeIterator yielded fewer items than it promised"
-        );
+        let t = Bound::from_owned_ptr(py, ffi::PyTuple_New(items.len() as ffi::Py_ssize_t));
+        fill_new(&t, items, ffi::PyTuple_SET_ITEM);
         t.cast_into_unchecked()
     }
 }
@@ -223,21 +235,10 @@ pub fn list_from<'py>(
     py: Python<'py>,
     items: impl ExactSizeIterator<Item = Bound<'py, PyAny>>,
 ) -> Bound<'py, PyList> {
-    let n = items.len();
-    // SAFETY: as in `tuple_from`: a new list of `n` NULL slots, each filled once by a stolen
-    // reference before the list is seen by any other code.
+    // SAFETY: as in `tuple_from`, with a new list.
     unsafe {
-        let l = ffi::PyList_New(n as ffi::Py_ssize_t);
-        let l = Bound::from_owned_ptr(py, l);
-        let mut i = 0;
-        for item in items.take(n) {
-            ffi::PyList_SET_ITEM(l.as_ptr(), i as ffi::Py_ssize_t, item.into_ptr());
-            i += 1;
-        }
-        assert_eq!(
-            i, n,
-            "an ExactSizeIterator yielded fewer items than it promised"
-        );
+        let l = Bound::from_owned_ptr(py, ffi::PyList_New(items.len() as ffi::Py_ssize_t));
+        fill_new(&l, items, ffi::PyList_SET_ITEM);
         l.cast_into_unchecked()
     }
 }
