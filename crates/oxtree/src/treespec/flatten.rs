@@ -94,8 +94,9 @@ enum Items<'py> {
 }
 
 struct Frame<'py> {
-    /// The container itself, for cycle detection and error paths.
-    obj: Bound<'py, PyAny>,
+    /// The container itself, for cycle detection and error paths, when `items` is not it
+    /// (a tuple or list walks itself: no second reference per level).
+    obj: Option<Bound<'py, PyAny>>,
     items: Items<'py>,
     pos: usize,
     /// The node this frame will emit; its counts are filled in when it closes.
@@ -107,6 +108,27 @@ struct Frame<'py> {
 impl<'py> Frame<'py> {
     #[inline]
     fn new(obj: Bound<'py, PyAny>, items: Items<'py>, node: Node) -> Frame<'py> {
+        Frame::with(Some(obj), items, node)
+    }
+
+    /// A frame over a tuple or list that is itself the container.
+    #[inline]
+    fn of_itself(items: Items<'py>, node: Node) -> Frame<'py> {
+        Frame::with(None, items, node)
+    }
+
+    /// The container this frame walks.
+    fn container(&self) -> &Bound<'py, PyAny> {
+        match (&self.obj, &self.items) {
+            (Some(obj), _) => obj,
+            (None, Items::Tuple(t)) => t.as_any(),
+            (None, Items::List(l)) => l.as_any(),
+            (None, Items::Owned(_)) => unreachable!("owned items always come with their container"),
+        }
+    }
+
+    #[inline]
+    fn with(obj: Option<Bound<'py, PyAny>>, items: Items<'py>, node: Node) -> Frame<'py> {
         Frame {
             obj,
             items,
@@ -322,18 +344,18 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
         }
         if obj.is_exact_instance_of::<PyTuple>() {
             // SAFETY: the exact type was just checked.
-            let t = unsafe { obj.clone().cast_into_unchecked::<PyTuple>() };
+            let t = unsafe { obj.cast_into_unchecked::<PyTuple>() };
             let n = t.len();
             self.reserve(n);
-            let frame = Frame::new(obj, Items::Tuple(t), Node::bare(Kind::Tuple, n, 0, 0));
+            let frame = Frame::of_itself(Items::Tuple(t), Node::bare(Kind::Tuple, n, 0, 0));
             return self.push(frame, stack);
         }
         if obj.is_exact_instance_of::<PyList>() {
             // SAFETY: the exact type was just checked.
-            let l = unsafe { obj.clone().cast_into_unchecked::<PyList>() };
+            let l = unsafe { obj.cast_into_unchecked::<PyList>() };
             let n = l.len();
             self.reserve(n);
-            let frame = Frame::new(obj, Items::List(l), Node::bare(Kind::List, n, 0, 0));
+            let frame = Frame::of_itself(Items::List(l), Node::bare(Kind::List, n, 0, 0));
             return self.push(frame, stack);
         }
         if obj.is_exact_instance_of::<PyDict>() {
@@ -543,8 +565,8 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
         let mut seen: HashMap<usize, usize> = HashMap::with_capacity(stack.len() + 1);
         let objs = stack
             .iter()
-            .map(|f| &f.obj)
-            .chain(std::iter::once(&new.obj));
+            .map(|f| f.container())
+            .chain(std::iter::once(new.container()));
         for (depth, obj) in objs.enumerate() {
             if let Some(first) = seen.insert(obj.as_ptr() as usize, depth) {
                 let path = |k: usize| frame_path(self.py, &stack[..k]);
