@@ -41,6 +41,7 @@ __all__ = [
     "tree_map_with_keys",
     "_flatten_with_steps",
     "jax",
+    "_flatten_one_level",
 ]
 
 MAX_RECURSION_DEPTH: Final[int]
@@ -332,3 +333,7 @@ def _flatten_with_steps(
 
 #: The JAX face's entry points (``oxtree.tree_util`` re-exports them).
 jax: _types.ModuleType
+
+def _flatten_one_level(
+    tree: Any, /, *, none_is_leaf: bool = False, namespace: str = "", jax: bool = False
+) -> tuple[list[Any], PyTreeSpec]: ...

@@ -373,7 +373,7 @@ def _from_steps(
 
 
 def _one_level(obj: Any, namespace: str = "") -> tuple[list[Any], PyTreeSpec]:
-    leaves, spec = _core.tree_flatten(obj, lambda x: x is not obj, namespace=namespace)
+    leaves, spec = _core._flatten_one_level(obj, namespace=namespace)
     return leaves, spec
 
 

@@ -17,6 +17,7 @@ from collections import OrderedDict, defaultdict, deque
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from oxtree import _core
 from oxtree._core import (
     DictKey,
     FlattenedIndexKey,
@@ -102,9 +103,7 @@ _DICT_KINDS = frozenset({PyTreeKind.DICT, PyTreeKind.ORDEREDDICT, PyTreeKind.DEF
 
 def _one_level_spec(obj: Any, none_is_leaf: bool, namespace: str) -> PyTreeSpec:
     """The treespec of ``obj``'s root node alone (a leaf spec when ``obj`` is a leaf)."""
-    return tree_structure(
-        obj, lambda x: x is not obj, none_is_leaf=none_is_leaf, namespace=namespace
-    )
+    return _core._flatten_one_level(obj, none_is_leaf=none_is_leaf, namespace=namespace)[1]
 
 
 _KEY_TYPES = (SequenceKey, DictKey, GetAttrKey, FlattenedIndexKey)
@@ -1050,9 +1049,7 @@ def tree_flatten_one_level(
     """
     if is_leaf is not None and is_leaf(tree):
         raise ValueError(f"Cannot flatten leaf-type: {type(tree)} (node: {_shorten(tree)}).")
-    children, spec = tree_flatten(
-        tree, lambda x: x is not tree, none_is_leaf=none_is_leaf, namespace=namespace
-    )
+    children, spec = _core._flatten_one_level(tree, none_is_leaf=none_is_leaf, namespace=namespace)
     node = spec.one_level()
     if node is None:
         raise ValueError(f"Cannot flatten leaf-type: {type(tree)} (node: {_shorten(tree)}).")

@@ -257,7 +257,7 @@ def tree_broadcast(
 
 
 def _one_level(tree: Any) -> tuple[list[Any], PyTreeDef]:
-    children, treedef = tree_flatten(tree, lambda x: x is not tree)
+    children, treedef = _core._flatten_one_level(tree, jax=True)
     if treedef.num_nodes == 1 and treedef.num_leaves == 1:
         raise ValueError(f"can't tree-flatten type: {type(tree)}")
     return children, treedef

@@ -275,8 +275,8 @@ def treespec_from_collection(
     >>> treespec_from_collection([treespec_leaf(), treespec_none()])
     PyTreeSpec([*, None])
     """
-    children, shape = _core.tree_flatten(
-        collection, lambda x: x is not collection, none_is_leaf=none_is_leaf, namespace=namespace
+    children, shape = _core._flatten_one_level(
+        collection, none_is_leaf=none_is_leaf, namespace=namespace
     )
     if shape.num_nodes == 1:
         # A leaf (or None) is its own treespec (optree also warns here).

@@ -592,7 +592,30 @@ pub fn _flatten_with_steps<'py>(
     Ok((tuples_to_list(py, paths), list_from_vec(py, leaves), spec))
 }
 
+/// `(children, one-level treespec)` of `tree`: its children as leaves. The one primitive the
+/// Python layers use to take a node apart (accessors, `tree_set`, `tree_flatten_one_level`,
+/// treespec constructors, JAX's `flatten_one_level`), with no Python call per child.
+#[pyfunction]
+#[pyo3(signature = (tree, /, *, none_is_leaf = false, namespace = "", jax = false))]
+pub fn _flatten_one_level<'py>(
+    tree: &Bound<'py, PyAny>,
+    none_is_leaf: bool,
+    namespace: &str,
+    jax: bool,
+) -> PyResult<(Bound<'py, PyList>, PyTreeSpec)> {
+    let face = if jax { Face::Jax } else { Face::Optree };
+    let opts = Options {
+        face,
+        ..Options::new(None, none_is_leaf, namespace)
+    };
+    let reg = registry::snapshot();
+    let flat = flatten::flatten_one_level(tree, &opts, &reg)?;
+    let spec = spec_of(flat.nodes, flat.namespaced, &opts);
+    Ok((list_from_vec(tree.py(), flat.leaves), spec))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(_flatten_one_level, m)?)?;
     m.add_function(wrap_pyfunction!(tree_flatten_with_path, m)?)?;
     m.add_function(wrap_pyfunction!(tree_paths, m)?)?;
     m.add_function(wrap_pyfunction!(tree_flatten_with_keys, m)?)?;

@@ -75,6 +75,17 @@ impl<'py> Pred<'py> for PathPred<'_, 'py> {
     }
 }
 
+/// Everything but the root is a leaf: the walk goes one level deep.
+pub struct NotRoot(pub *mut ffi::PyObject);
+
+impl<'py> Pred<'py> for NotRoot {
+    const ACTIVE: bool = true;
+    #[inline]
+    fn test(&self, obj: &Bound<'py, PyAny>) -> PyResult<bool> {
+        Ok(obj.as_ptr() != self.0)
+    }
+}
+
 /// What a walk produced.
 pub struct Flat<'py> {
     pub leaves: Vec<Bound<'py, PyAny>>,
@@ -905,6 +916,21 @@ fn run_with<'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const L
     f.with_keys = opts.with_keys;
     f.face = opts.face;
     f.run(tree)
+}
+
+/// Walks `tree` one level: its children are the leaves (None children too). `opts.is_leaf`
+/// is not consulted.
+pub fn flatten_one_level<'py>(
+    tree: &Bound<'py, PyAny>,
+    opts: &Options<'_, 'py>,
+    registry: &Registry,
+) -> PyResult<Flat<'py>> {
+    let pred = NotRoot(tree.as_ptr());
+    if opts.none_is_leaf {
+        run_with::<_, true, true, true>(tree, pred, opts, registry)
+    } else {
+        run_with::<_, false, true, true>(tree, pred, opts, registry)
+    }
 }
 
 /// Walks `tree` with the options chosen once, as compile-time parameters.
