@@ -250,5 +250,14 @@ __all__ = [
     "tree_unflatten",
 ]
 
+# Feature modules, each adding its public names to __all__ (one section each).
+# -- graphs --
+from oxtree import graph as _graph  # noqa: E402
+from oxtree.graph import *  # noqa: E402, F403
+
+__all__ += _graph.__all__
+# -- pretty --
+# -- modules --
+
 # Last: it re-exports the names above under short names.
 from oxtree import pytree  # noqa: E402

@@ -14,7 +14,7 @@ pub fn list_from_vec<'py>(py: Python<'py>, items: Vec<Bound<'py, PyAny>>) -> Bou
     crate::treespec::unflatten_list(py, items)
 }
 
-fn check_is_leaf(is_leaf: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+pub fn check_is_leaf(is_leaf: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
     match is_leaf {
         Some(f) if !f.is_callable() => Err(TreeError::Type(format!(
             "is_leaf must be a callable or None, got {}",
@@ -73,13 +73,18 @@ pub fn spec_into_py(
     spec: PyTreeSpec,
     acyclic: bool,
 ) -> PyResult<Bound<'_, PyTreeSpec>> {
-    let obj = Bound::new(py, spec)?;
+    Ok(untracked_if(Bound::new(py, spec)?, acyclic))
+}
+
+/// A new immutable object (treespec, graphdef), untracked by the collector when `acyclic`
+/// says nothing it holds could be part of a cycle.
+pub fn untracked_if<T>(obj: Bound<'_, T>, acyclic: bool) -> Bound<'_, T> {
     if acyclic {
         // SAFETY: the object is alive and tracked; its own dealloc untracks it only if it is
         // still tracked. Nothing it holds can reach it back.
         unsafe { pyo3::ffi::PyObject_GC_UnTrack(obj.as_ptr().cast()) };
     }
-    Ok(obj)
+    obj
 }
 
 /// The leaves under `opts`.

@@ -4,6 +4,7 @@
 
 mod api;
 mod errors;
+mod graph;
 mod jax_api;
 mod kind;
 mod paths;
@@ -25,5 +26,6 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     api::register(m)?;
     paths::register(m)?;
     jax_api::register(m)?;
+    graph::register(m)?;
     Ok(())
 }

@@ -114,6 +114,8 @@ struct Frame<'py> {
     node: Node,
     leaves_before: usize,
     nodes_before: usize,
+    /// Graph walks: the container's number in the order containers were opened.
+    ordinal: u32,
 }
 
 impl<'py> Frame<'py> {
@@ -147,6 +149,7 @@ impl<'py> Frame<'py> {
             node,
             leaves_before: 0,
             nodes_before: 0,
+            ordinal: 0,
         }
     }
 }
@@ -226,7 +229,29 @@ pub fn classify<'a>(
     }
 }
 
-pub struct Flattener<'a, 'py, P, const NONE_LEAF: bool, const NODES: bool, const LEAVES: bool> {
+/// What a graph walk remembers: every container it opened, by address.
+#[derive(Default)]
+pub struct Memo<'py> {
+    /// Address of each opened container to its ordinal (the order of opening).
+    seen: types::PtrMap<u32>,
+    /// The containers themselves, held so no address is reused during the walk (a custom
+    /// node's children may be temporaries).
+    keep: Vec<Bound<'py, PyAny>>,
+    /// Each ordinal's node position, filled in when its container closes.
+    pub positions: Vec<u32>,
+    /// References: (skeleton leaf index, ordinal of the container referred to).
+    pub refs: Vec<(u32, u32)>,
+}
+
+pub struct Flattener<
+    'a,
+    'py,
+    P,
+    const NONE_LEAF: bool,
+    const NODES: bool,
+    const LEAVES: bool,
+    const GRAPH: bool = false,
+> {
     py: Python<'py>,
     pred: P,
     registry: &'a Registry,
@@ -243,10 +268,19 @@ pub struct Flattener<'a, 'py, P, const NONE_LEAF: bool, const NODES: bool, const
     /// The type of the last object classified as a leaf by the slow path: leaves of one type
     /// usually come in runs. Held strongly, so its address cannot be reused mid-walk.
     last_leaf_type: Option<Bound<'py, pyo3::types::PyType>>,
+    /// Graph walks only: the containers seen so far.
+    memo: Memo<'py>,
 }
 
-impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAVES: bool>
-    Flattener<'a, 'py, P, NONE_LEAF, NODES, LEAVES>
+impl<
+        'a,
+        'py,
+        P: Pred<'py>,
+        const NONE_LEAF: bool,
+        const NODES: bool,
+        const LEAVES: bool,
+        const GRAPH: bool,
+    > Flattener<'a, 'py, P, NONE_LEAF, NODES, LEAVES, GRAPH>
 {
     fn new(py: Python<'py>, pred: P, registry: &'a Registry, namespace: &'a str) -> Self {
         Flattener {
@@ -263,12 +297,28 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
             with_keys: false,
             face: Face::Optree,
             last_leaf_type: None,
+            memo: Memo::default(),
         }
     }
 
     fn run(mut self, root: &Bound<'py, PyAny>) -> PyResult<Flat<'py>> {
         let mut stack: Vec<Frame<'py>> = Vec::with_capacity(16);
-        self.visit(root.clone(), &mut stack)?;
+        self.walk(root, &mut stack)?;
+        Ok(self.finish())
+    }
+
+    fn finish(self) -> Flat<'py> {
+        Flat {
+            leaves: self.leaves,
+            nodes: self.nodes,
+            namespaced: self.namespaced,
+            acyclic: self.acyclic,
+        }
+    }
+
+    /// Walks one tree, appending its leaves and nodes to what earlier walks produced.
+    fn walk(&mut self, root: &Bound<'py, PyAny>, stack: &mut Vec<Frame<'py>>) -> PyResult<()> {
+        self.visit(root.clone(), stack)?;
         while let Some(top) = stack.last_mut() {
             let child = match &mut top.items {
                 Items::Tuple(t) => {
@@ -282,7 +332,7 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
                 Items::List(l) => {
                     if top.pos < top.node.arity {
                         if top.pos >= l.len() {
-                            return Err(self.mutated(&stack));
+                            return Err(self.mutated(stack));
                         }
                         // SAFETY: `pos` was just checked against the list's current length,
                         // and the borrowed item is turned into an owned reference at once.
@@ -301,7 +351,7 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
             match child {
                 Some(child) => {
                     top.pos += 1;
-                    self.visit(child, &mut stack)?;
+                    self.visit(child, stack)?;
                 }
                 None => {
                     let frame = stack.pop().expect("the loop holds a frame");
@@ -309,12 +359,25 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
                 }
             }
         }
-        Ok(Flat {
-            leaves: self.leaves,
-            nodes: self.nodes,
-            namespaced: self.namespaced,
-            acyclic: self.acyclic,
-        })
+        Ok(())
+    }
+
+    /// Graph walks: when `obj` was opened before, emits a reference to it (a skeleton leaf
+    /// that takes no leaf value) and says so.
+    #[inline(always)]
+    fn seen_before(&mut self, obj: &Bound<'py, PyAny>) -> bool {
+        if !GRAPH {
+            return false;
+        }
+        let Some(&ordinal) = self.memo.seen.get(&(obj.as_ptr() as usize)) else {
+            return false;
+        };
+        self.memo.refs.push((self.leaf_count as u32, ordinal));
+        self.leaf_count += 1;
+        if NODES {
+            self.nodes.push(Node::LEAF);
+        }
+        true
     }
 
     /// Room for a container's children: one growth step instead of several for wide nodes.
@@ -354,6 +417,9 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
             }
         }
         if obj.is_exact_instance_of::<PyTuple>() {
+            if self.seen_before(&obj) {
+                return Ok(());
+            }
             // SAFETY: the exact type was just checked.
             let t = unsafe { obj.cast_into_unchecked::<PyTuple>() };
             let n = t.len();
@@ -362,6 +428,9 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
             return self.push(frame, stack);
         }
         if obj.is_exact_instance_of::<PyList>() {
+            if self.seen_before(&obj) {
+                return Ok(());
+            }
             // SAFETY: the exact type was just checked.
             let l = unsafe { obj.cast_into_unchecked::<PyList>() };
             let n = l.len();
@@ -370,6 +439,9 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
             return self.push(frame, stack);
         }
         if obj.is_exact_instance_of::<PyDict>() {
+            if self.seen_before(&obj) {
+                return Ok(());
+            }
             let frame = self.open_mapping(obj, Kind::Dict, stack)?;
             return self.push(frame, stack);
         }
@@ -391,7 +463,11 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
                 return Ok(());
             }
         }
-        let frame = match classify_other(&obj, self.registry, self.namespace, self.face) {
+        let class = classify_other(&obj, self.registry, self.namespace, self.face);
+        if !matches!(class, Class::Leaf) && self.seen_before(&obj) {
+            return Ok(());
+        }
+        let frame = match class {
             Class::Leaf => {
                 self.last_leaf_type = Some(obj.get_type());
                 self.leaf(obj);
@@ -554,12 +630,22 @@ impl<'a, 'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAV
         }
         frame.leaves_before = self.leaf_count;
         frame.nodes_before = self.nodes.len();
+        if GRAPH {
+            let obj = frame.container().clone();
+            frame.ordinal = self.memo.keep.len() as u32;
+            self.memo.seen.insert(obj.as_ptr() as usize, frame.ordinal);
+            self.memo.keep.push(obj);
+            self.memo.positions.push(u32::MAX);
+        }
         stack.push(frame);
         Ok(())
     }
 
     #[inline(always)]
     fn close(&mut self, frame: Frame<'py>) {
+        if GRAPH {
+            self.memo.positions[frame.ordinal as usize] = self.nodes.len() as u32;
+        }
         if NODES {
             let mut node = frame.node;
             node.num_leaves = self.leaf_count - frame.leaves_before;
@@ -916,6 +1002,55 @@ fn run_with<'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const L
     f.with_keys = opts.with_keys;
     f.face = opts.face;
     f.run(tree)
+}
+
+/// What a graph walk produced: the walk's output, whose nodes form a skeleton in which every
+/// reference is a leaf, and the memo that says which skeleton leaves are references.
+pub struct GraphFlat<'py> {
+    pub flat: Flat<'py>,
+    pub memo: Memo<'py>,
+}
+
+fn run_graph_with<'py, P: Pred<'py>, const NONE_LEAF: bool>(
+    py: Python<'py>,
+    roots: &[Bound<'py, PyAny>],
+    pred: P,
+    opts: &Options<'_, 'py>,
+    registry: &Registry,
+) -> PyResult<GraphFlat<'py>> {
+    let mut f =
+        Flattener::<P, NONE_LEAF, true, true, true>::new(py, pred, registry, opts.namespace);
+    f.face = opts.face;
+    let mut stack: Vec<Frame<'py>> = Vec::with_capacity(16);
+    for root in roots {
+        f.walk(root, &mut stack)?;
+    }
+    if roots.len() != 1 {
+        // Several roots (or none): the skeleton's root is a tuple of them.
+        let mut node = Node::bare(Kind::Tuple, roots.len(), f.leaf_count, f.nodes.len() + 1);
+        node.num_leaves = f.leaf_count;
+        f.nodes.push(node);
+    }
+    let memo = std::mem::take(&mut f.memo);
+    Ok(GraphFlat {
+        flat: f.finish(),
+        memo,
+    })
+}
+
+/// Walks `roots` as one graph: a container met again (through any root) becomes a reference.
+pub fn flatten_graph<'py>(
+    py: Python<'py>,
+    roots: &[Bound<'py, PyAny>],
+    opts: &Options<'_, 'py>,
+    registry: &Registry,
+) -> PyResult<GraphFlat<'py>> {
+    match (opts.is_leaf, opts.none_is_leaf) {
+        (None, false) => run_graph_with::<_, false>(py, roots, NoPred, opts, registry),
+        (None, true) => run_graph_with::<_, true>(py, roots, NoPred, opts, registry),
+        (Some(f), false) => run_graph_with::<_, false>(py, roots, CallPred(f), opts, registry),
+        (Some(f), true) => run_graph_with::<_, true>(py, roots, CallPred(f), opts, registry),
+    }
 }
 
 /// Walks `tree` one level: its children are the leaves (None children too). `opts.is_leaf`

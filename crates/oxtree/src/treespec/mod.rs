@@ -29,8 +29,9 @@ use crate::types;
 
 pub use flatten::MAX_DEPTH;
 pub use pickle::rebuild_treespec;
+pub use repr::{body_labelled as repr_body_labelled, options as repr_options};
 pub use traverse::flatten_up_to;
-pub use unflatten::{build, unflatten_iterable};
+pub use unflatten::{build, collect_leaves, fill_mapping, make_node, unflatten_iterable};
 
 /// A list that takes over the references in `items`.
 pub fn unflatten_list<'py>(py: Python<'py>, items: Vec<Bound<'py, PyAny>>) -> Bound<'py, PyList> {

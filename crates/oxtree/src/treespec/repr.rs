@@ -20,6 +20,16 @@ fn repr_of(obj: &Bound<'_, PyAny>) -> PyResult<String> {
 
 /// The body of the repr: the tree alone, without `PyTreeSpec(...)` around it.
 pub fn body(spec: &PyTreeSpec, py: Python<'_>) -> PyResult<String> {
+    body_labelled(spec, py, &|_| None)
+}
+
+/// The body, with the leaves for which `label(node index)` gives text printed as that text
+/// instead of `*` (a graph's references).
+pub fn body_labelled(
+    spec: &PyTreeSpec,
+    py: Python<'_>,
+    label: &dyn Fn(usize) -> Option<String>,
+) -> PyResult<String> {
     let mut out = String::new();
     let mut tasks = vec![Task::Node(spec.nodes.len() - 1)];
     while let Some(task) = tasks.pop() {
@@ -60,7 +70,11 @@ pub fn body(spec: &PyTreeSpec, py: Python<'_>) -> PyResult<String> {
             (format!("CustomNode({name}[{aux}], ["), "])".into(), None)
         } else {
             match node.kind {
-                Kind::Leaf => ("*".into(), String::new(), None),
+                Kind::Leaf => (
+                    label(idx).unwrap_or_else(|| "*".into()),
+                    String::new(),
+                    None,
+                ),
                 Kind::None => ("None".into(), String::new(), None),
                 Kind::Tuple => {
                     let close = if node.arity == 1 { ",)" } else { ")" };
@@ -192,13 +206,17 @@ pub fn repr(spec: &PyTreeSpec, py: Python<'_>) -> PyResult<String> {
     if spec.face == Face::Jax {
         return Ok(format!("PyTreeDef({})", body(spec, py)?));
     }
-    let mut out = format!("PyTreeSpec({}", body(spec, py)?);
+    Ok(format!("PyTreeSpec({}{})", body(spec, py)?, options(spec)))
+}
+
+/// The options after the body of a repr: `, NoneIsLeaf` and `, namespace='...'` when set.
+pub fn options(spec: &PyTreeSpec) -> String {
+    let mut out = String::new();
     if spec.none_is_leaf {
         out.push_str(", NoneIsLeaf");
     }
     if !spec.namespace.is_empty() {
         out.push_str(&format!(", namespace={:?}", spec.namespace).replace('"', "'"));
     }
-    out.push(')');
-    Ok(out)
+    out
 }

@@ -246,7 +246,7 @@ pub fn list_from<'py>(
 /// Fills a mapping in the original dict's order. Children come in leaf (sorted) order; when
 /// the insertion order differs, the node's recorded positions give it, so every key is
 /// inserted once.
-fn fill_mapping<'py>(
+pub fn fill_mapping<'py>(
     py: Python<'py>,
     target: &Bound<'py, PyAny>,
     node: &Node,
@@ -293,7 +293,7 @@ fn fill_mapping<'py>(
     Ok(())
 }
 
-fn make_node<'py>(
+pub fn make_node<'py>(
     py: Python<'py>,
     face: Face,
     node: &Node,
