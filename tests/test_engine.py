@@ -844,3 +844,22 @@ def test_hypothesis_equality_matches_optree(first, second, none_is_leaf):
     assert (a != b) is (oa != ob)
     if a == b:
         assert hash(a) == hash(b)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 8, 9, 15, 16, 17, 40])
+def test_dict_order_round_trips_at_every_size(n: int) -> None:
+    # Sizes around the engine's small-dict paths (8 positions packed inline, 16 keys sorted
+    # by insertion sort): leaves in sorted order, insertion order rebuilt, through pickle too.
+    import pickle
+    import random
+
+    rng = random.Random(n)
+    keys = [f"k{i:03d}" for i in range(n)]
+    rng.shuffle(keys)
+    for tree in ({k: k for k in keys}, {**{k: k for k in keys}, 1: "int"}):
+        leaves, spec = oxtree.tree_flatten(tree)
+        assert leaves == [tree[k] for k in sorted(tree, key=lambda k: (type(k).__name__, k))]
+        for s in (spec, pickle.loads(pickle.dumps(spec))):
+            rebuilt = s.unflatten(leaves)
+            assert list(rebuilt) == list(tree)
+            assert rebuilt == tree

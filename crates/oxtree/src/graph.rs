@@ -525,7 +525,7 @@ fn layout_data<'py>(py: Python<'py>, node: &Node) -> PyResult<Bound<'py, PyAny>>
                 let keys = keys.bind(py);
                 let ordered = pos
                     .iter()
-                    .map(|&p| keys.get_item(p))
+                    .map(|p| keys.get_item(p))
                     .collect::<PyResult<Vec<_>>>()?;
                 Ok(PyTuple::new(py, ordered)?.into_any())
             }

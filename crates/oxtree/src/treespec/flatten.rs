@@ -581,6 +581,8 @@ impl<
         let py = self.py;
         // SAFETY: every mapping kind is a dict subclass (checked by the caller).
         let dict = unsafe { obj.cast_unchecked::<PyDict>() };
+        // Whether the key list is known to be untracked already (all keys str).
+        let mut untracked = false;
         let (keys, insertion, items) = if kind == Kind::OrderedDict {
             // The OrderedDict's own order, which its dict storage need not follow.
             let keys = iter_to_list(&obj)?;
@@ -592,6 +594,14 @@ impl<
                 }
             }
             (keys, None, Items::Owned(values.into_iter()))
+        } else if let Some((keys, insertion, values)) = small_str_items(dict) {
+            untracked = true;
+            let insertion = if self.face == Face::Jax {
+                None
+            } else {
+                insertion
+            };
+            (keys, insertion, Items::Owned(values.into_iter()))
         } else {
             // One pass over the dict's storage (insertion order) takes keys and values; the
             // key list is then sorted in place and the values permuted to match, with no
@@ -621,11 +631,11 @@ impl<
             self.acyclic = false;
             node.data = Some(obj.getattr(intern!(py, "default_factory"))?.unbind());
         }
-        if !untrack_if_atomic(&keys) {
+        if !untracked && !untrack_if_atomic(&keys) {
             self.acyclic = false;
         }
         node.set_keys(Some(keys.unbind()));
-        node.set_insertion(insertion);
+        node.set_insertion(insertion.as_deref());
         Ok((Frame::new(obj, items, &node), node))
     }
 
@@ -954,12 +964,98 @@ fn dict_items<'py>(
     (keys, ptrs, values)
 }
 
+/// A dict's keys in leaf order, its insertion positions (if they differ) and its values in
+/// leaf order.
+type SortedItems<'py> = (
+    Bound<'py, PyList>,
+    Option<Small<usize>>,
+    Vec<Bound<'py, PyAny>>,
+);
+
+/// A small dict whose keys are all exact `str`: keys sorted by an insertion sort of
+/// indices (Unicode code-point order, as `list.sort` gives for str), the key list built
+/// once in that order, the values taken in it, and the insertion positions read off the
+/// sort; `None` (having built nothing) for any other dict. Measured on a gpt2-like dict
+/// (220 small dicts per flatten): half the instructions of sorting a key list with
+/// `list.sort`, finding positions by identity and permuting the values.
+fn small_str_items<'py>(dict: &Bound<'py, PyDict>) -> Option<SortedItems<'py>> {
+    let py = dict.py();
+    let n = dict.len();
+    if n > SMALL_MAPPING {
+        return None;
+    }
+    // Fixed arrays rather than growable vectors: `n` is known to fit.
+    let mut keys = [std::ptr::null_mut::<ffi::PyObject>(); SMALL_MAPPING];
+    let mut values = [std::ptr::null_mut::<ffi::PyObject>(); SMALL_MAPPING];
+    let mut len = 0;
+    // SAFETY: PyDict_Next yields borrowed references valid while the dict is unchanged; no
+    // Python code runs until they are turned into owned references below (comparing exact
+    // str objects runs none).
+    unsafe {
+        let mut pos: ffi::Py_ssize_t = 0;
+        let mut key: *mut ffi::PyObject = std::ptr::null_mut();
+        let mut value: *mut ffi::PyObject = std::ptr::null_mut();
+        while ffi::PyDict_Next(dict.as_ptr(), &mut pos, &mut key, &mut value) != 0 {
+            if ffi::PyUnicode_CheckExact(key) == 0 || len == n {
+                return None;
+            }
+            keys[len] = key;
+            values[len] = value;
+            len += 1;
+        }
+    }
+    if len != n {
+        return None;
+    }
+    let mut order = [0u8; SMALL_MAPPING];
+    for (i, o) in order.iter_mut().enumerate() {
+        *o = i as u8;
+    }
+    let order = &mut order[..n];
+    let greater = |a: u8, b: u8| {
+        // SAFETY: both are live exact str objects; comparing them cannot fail or run code.
+        unsafe { ffi::PyUnicode_Compare(keys[a as usize], keys[b as usize]) > 0 }
+    };
+    for i in 1..n {
+        let mut j = i;
+        while j > 0 && greater(order[j - 1], order[j]) {
+            order.swap(j - 1, j);
+            j -= 1;
+        }
+    }
+    // SAFETY: PyList_New gives `n` NULL slots, each filled once with a new reference; the
+    // borrowed pointers are still valid (nothing has run since PyDict_Next).
+    let (list, owned) = unsafe {
+        let list = Bound::from_owned_ptr(py, ffi::PyList_New(n as ffi::Py_ssize_t));
+        let mut owned = Vec::with_capacity(n);
+        for (j, &i) in order.iter().enumerate() {
+            let key = keys[i as usize];
+            ffi::Py_INCREF(key);
+            ffi::PyList_SET_ITEM(list.as_ptr(), j as ffi::Py_ssize_t, key);
+            owned.push(Bound::from_borrowed_ptr(py, values[i as usize]));
+        }
+        // A list of str cannot be part of a reference cycle (see `untrack_if_atomic`).
+        ffi::PyObject_GC_UnTrack(list.as_ptr().cast());
+        (list.cast_into_unchecked::<PyList>(), owned)
+    };
+    let insertion = if order.iter().enumerate().all(|(j, &i)| j == i as usize) {
+        None
+    } else {
+        let mut positions: Small<usize> = smallvec::smallvec![0; n];
+        for (j, &i) in order.iter().enumerate() {
+            positions[i as usize] = j;
+        }
+        Some(positions)
+    };
+    Some((list, insertion, owned))
+}
+
 /// For each key in insertion order, its position in leaf (sorted) order; `None` when the two
 /// orders agree. Both hold the same key objects, so positions are found by identity.
 fn insertion_positions(
     sorted: &Bound<'_, PyList>,
     insertion: &[*mut ffi::PyObject],
-) -> Option<Box<[usize]>> {
+) -> Option<Small<usize>> {
     let item = |i: usize| {
         // SAFETY: callers pass indices below the list's length, which nothing changes here.
         unsafe { ffi::PyList_GET_ITEM(sorted.as_ptr(), i as ffi::Py_ssize_t) }
@@ -967,7 +1063,7 @@ fn insertion_positions(
     if (0..insertion.len()).all(|i| item(i) == insertion[i]) {
         return None;
     }
-    let positions: Option<Vec<usize>> = if insertion.len() <= SMALL_MAPPING {
+    let positions: Option<Small<usize>> = if insertion.len() <= SMALL_MAPPING {
         insertion
             .iter()
             .map(|p| (0..insertion.len()).find(|&j| item(j) == *p))
@@ -984,11 +1080,7 @@ fn insertion_positions(
             .collect()
     };
     // Sorting only permutes the keys, so every key is found.
-    Some(
-        positions
-            .expect("the sorted keys are the same objects as the dict's keys")
-            .into_boxed_slice(),
-    )
+    Some(positions.expect("the sorted keys are the same objects as the dict's keys"))
 }
 
 /// Moves `values[i]` to `values[positions[i]]` for every `i`, following the permutation's

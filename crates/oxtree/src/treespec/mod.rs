@@ -56,6 +56,10 @@ pub fn tuple_from_vec<'py>(py: Python<'py>, items: Vec<Bound<'py, PyAny>>) -> Bo
 /// tree, carry no payload, and the rarer payloads live behind one box.
 pub struct Node {
     pub kind: Kind,
+    /// Dict and defaultdict of up to 8 keys whose insertion order differs from leaf order:
+    /// the positions, 4 bits each (`PACKED_NONE` otherwise). It sits in what would be the
+    /// padding after `kind`, so most dicts need no allocation for their order.
+    packed: u32,
     pub arity: usize,
     pub num_leaves: usize,
     pub num_nodes: usize,
@@ -83,7 +87,28 @@ struct NodeExtra {
     entries: Option<Py<PyTuple>>,
 }
 
-const NO_INSERTION: &Option<Box<[usize]>> = &None;
+const PACKED_NONE: u32 = u32::MAX;
+/// The most positions `packed` holds.
+const PACKED_MAX: usize = 8;
+
+/// A dict node's insertion order: for each key in insertion order, its leaf position.
+#[derive(Clone, Copy)]
+pub enum Insertion<'a> {
+    Packed { bits: u32, len: usize },
+    Slice(&'a [usize]),
+}
+
+impl Insertion<'_> {
+    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        let (bits, len, slice): (u32, usize, &[usize]) = match *self {
+            Insertion::Packed { bits, len } => (bits, len, &[]),
+            Insertion::Slice(s) => (0, 0, s),
+        };
+        (0..len)
+            .map(move |i| ((bits >> (4 * i)) & 0xF) as usize)
+            .chain(slice.iter().copied())
+    }
+}
 const NO_ENTRIES: &Option<Py<PyTuple>> = &None;
 
 impl Node {
@@ -93,6 +118,7 @@ impl Node {
     pub const fn bare(kind: Kind, arity: usize, num_leaves: usize, num_nodes: usize) -> Node {
         Node {
             kind,
+            packed: PACKED_NONE,
             arity,
             num_leaves,
             num_nodes,
@@ -106,8 +132,17 @@ impl Node {
     pub fn keys(&self) -> &Option<Py<PyList>> {
         &self.keys
     }
-    pub fn insertion(&self) -> &Option<Box<[usize]>> {
-        self.extra.as_ref().map_or(NO_INSERTION, |e| &e.insertion)
+    pub fn insertion(&self) -> Option<Insertion<'_>> {
+        if self.packed != PACKED_NONE {
+            return Some(Insertion::Packed {
+                bits: self.packed,
+                len: self.arity,
+            });
+        }
+        self.extra
+            .as_ref()
+            .and_then(|e| e.insertion.as_deref())
+            .map(Insertion::Slice)
     }
     pub fn custom(&self) -> &Option<Arc<Registration>> {
         &self.custom
@@ -124,9 +159,25 @@ impl Node {
     pub fn set_keys(&mut self, keys: Option<Py<PyList>>) {
         self.keys = keys;
     }
-    pub fn set_insertion(&mut self, insertion: Option<Box<[usize]>>) {
-        if self.wants_extra(&insertion) {
-            self.extra_mut().insertion = insertion;
+    /// Sets the insertion positions (`positions.len()` must be the node's arity).
+    pub fn set_insertion(&mut self, positions: Option<&[usize]>) {
+        self.packed = PACKED_NONE;
+        match positions {
+            Some(p) if p.len() <= PACKED_MAX => {
+                self.packed = p
+                    .iter()
+                    .enumerate()
+                    .fold(0, |bits, (i, &q)| bits | ((q as u32) << (4 * i)));
+                if let Some(e) = &mut self.extra {
+                    e.insertion = None;
+                }
+            }
+            _ => {
+                let boxed = positions.map(Box::from);
+                if self.wants_extra(&boxed) {
+                    self.extra_mut().insertion = boxed;
+                }
+            }
         }
     }
     pub fn set_custom(&mut self, custom: Option<Arc<Registration>>) {
@@ -141,6 +192,7 @@ impl Node {
     pub fn clone_ref(&self, py: Python<'_>) -> Node {
         Node {
             kind: self.kind,
+            packed: self.packed,
             arity: self.arity,
             num_leaves: self.num_leaves,
             num_nodes: self.num_nodes,

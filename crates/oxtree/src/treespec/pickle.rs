@@ -41,7 +41,7 @@ pub fn state<'py>(spec: &PyTreeSpec, py: Python<'py>) -> PyResult<Bound<'py, PyT
                 opt(py, &node.data),
                 as_tuple(py, node.keys()),
                 match node.insertion() {
-                    Some(pos) => PyTuple::new(py, pos.iter())?.into_any(),
+                    Some(pos) => PyTuple::new(py, pos.iter().collect::<Vec<_>>())?.into_any(),
                     None => py.None().into_bound(py),
                 },
                 custom_type,
@@ -255,7 +255,7 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
                     return Err(bad(format!("node {i}: unexpected data for a mapping")));
                 }
                 node.set_keys(Some(k.unbind()));
-                node.set_insertion(insertion);
+                node.set_insertion(insertion.as_deref());
             }
             Kind::NamedTuple | Kind::StructSeq => {
                 let ty = data

@@ -260,7 +260,7 @@ pub fn fill_mapping<'py>(
         .bind(py);
     // JAX rebuilds dicts in sorted key order; optree in the original insertion order.
     let positions = if face == Face::Jax {
-        &None
+        None
     } else {
         node.insertion()
     };
@@ -285,7 +285,7 @@ pub fn fill_mapping<'py>(
         }
         Some(positions) => {
             let values: Vec<Bound<'py, PyAny>> = children.collect();
-            for &i in positions.iter() {
+            for i in positions.iter() {
                 set(&keys.get_item(i)?, &values[i])?;
             }
         }
