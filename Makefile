@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.deps-installed
 
-.PHONY: all demo test lint build bench fmt clean
+.PHONY: all demo test lint build bench bench-jit bench-graph fmt clean
 
 all: build
 
@@ -43,6 +43,15 @@ test: lint build
 
 bench: build
 	$(PY) benchmarks/bench.py
+
+# Benchmark-only dependencies (equinox, flarejax) are installed on demand, never for tests.
+BENCH_STAMP := $(VENV)/.bench-deps-installed
+$(BENCH_STAMP): requirements-bench.txt $(STAMP)
+	$(PIP) install --quiet -r requirements-bench.txt
+	touch $(BENCH_STAMP)
+
+bench-jit: build $(BENCH_STAMP)
+	$(PY) benchmarks/bench_jit.py
 
 clean:
 	rm -rf $(VENV) target

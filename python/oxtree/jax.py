@@ -1,0 +1,744 @@
+"""JAX integration: oxtree's types inside JAX transforms, and filtered transforms on graphs.
+
+``import oxtree`` never imports JAX; ``import oxtree.jax`` does. This module offers two
+things.
+
+Mirroring. :func:`register` makes a type registered in oxtree (a custom node, a dataclass,
+a static type) a pytree node to JAX as well, with the same children, the same aux data and
+the same keys, so ``jax.jit``, ``jax.vmap``, ``jax.grad`` and
+``jax.tree_util.tree_flatten_with_path`` see it as oxtree does. :func:`register_namespace`
+mirrors every type registered in a namespace at once.
+
+Filtered transforms. :func:`filter_jit` flattens its arguments as a graph
+(:func:`oxtree.graph_flatten`): array leaves are traced, every other leaf is static (part of
+the compilation cache key), and objects shared between or inside the arguments, or within
+the result, stay shared; cycles are allowed. :func:`filter_grad` and
+:func:`filter_value_and_grad` differentiate with respect to the floating-point array leaves
+of the first argument. :func:`partition` and :func:`combine` split a tree by a filter such as
+:func:`is_array` and put it back together.
+
+>>> import jax.numpy as jnp
+>>> import oxtree.jax as oxjax
+>>> @oxjax.filter_jit
+... def scale(params, factor, *, name):
+...     return {name: params['w'] * factor}
+>>> scale({'w': jnp.arange(3.0)}, 2, name='out')
+{'out': Array([0., 2., 4.], dtype=float32)}
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeVar, overload
+
+import jax
+import jax.tree_util as jtu
+import numpy as np
+
+from oxtree._core import (
+    DictKey,
+    FlattenedIndexKey,
+    GetAttrKey,
+    SequenceKey,
+    _flatten_one_level,
+    keystr,
+    registered_types,
+    tree_flatten,
+    tree_flatten_with_keys,
+)
+from oxtree.graph import GraphDef, graph_flatten, graph_unflatten
+from oxtree.ops import broadcast_prefix
+
+__all__ = [
+    "register",
+    "register_namespace",
+    "mirrored_types",
+    "filter_jit",
+    "filter_grad",
+    "filter_value_and_grad",
+    "partition",
+    "combine",
+    "is_array",
+    "is_inexact_array",
+]
+
+_C = TypeVar("_C", bound=type)
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+# ---------------------------------------------------------------------------------------------
+# Mirroring oxtree registrations into JAX's registry
+# ---------------------------------------------------------------------------------------------
+
+# type -> the oxtree namespace whose rule was mirrored ("" for the global one). JAX has one
+# registry, so a type is mirrored from one namespace only.
+_MIRRORED: dict[type, str] = {}
+_MIRROR_LOCK = threading.Lock()
+
+# oxtree's key classes -> JAX's. FlattenedIndexKey is only converted for int keys (JAX's takes
+# nothing else); an optree-style entry such as 'a' keeps oxtree's key, which prints the same.
+_JAX_KEYS: dict[type, Callable[[Any], Any]] = {
+    SequenceKey: lambda k: jtu.SequenceKey(k.idx),
+    DictKey: lambda k: jtu.DictKey(k.key),
+    GetAttrKey: lambda k: jtu.GetAttrKey(k.name),
+    FlattenedIndexKey: lambda k: jtu.FlattenedIndexKey(k.key) if type(k.key) is int else k,
+}
+
+
+class _KnownToJax(ValueError):
+    """Raised by :func:`register` for a type JAX already has from other code."""
+
+
+def _jax_key(key: Any) -> Any:
+    convert = _JAX_KEYS.get(type(key))
+    return key if convert is None else convert(key)
+
+
+def _namespace_label(namespace: str) -> str:
+    return "the global namespace" if not namespace else f"namespace {namespace!r}"
+
+
+def _home_namespace(cls: type, namespace: str) -> str | None:
+    """The namespace whose registration of ``cls`` oxtree uses in calls with ``namespace``:
+    ``namespace`` itself when ``cls`` is registered there, else "" when it is registered
+    globally, else None."""
+    in_global = cls in registered_types()
+    if namespace:
+        # `registered_types(namespace=ns)` lists the global types and then ns's own, so a type
+        # registered in both appears twice.
+        count = registered_types(namespace=namespace).count(cls)
+        if count > int(in_global):
+            return namespace
+    return "" if in_global else None
+
+
+def _mirror_functions(
+    namespace: str,
+) -> tuple[Callable[[Any], Any], Callable[[Any], Any], Callable[[Any, Any], Any]]:
+    """JAX's flatten, flatten-with-keys and unflatten for a type, built on oxtree's one-level
+    flatten: the aux data is the node's one-level treespec (it holds oxtree's aux data, a
+    dataclass's meta fields or a static value, compares and hashes as they do) and
+    unflattening is that treespec's own, so every kind of oxtree registration mirrors alike."""
+
+    def flatten(obj: Any) -> tuple[list[Any], Any]:
+        return _flatten_one_level(obj, namespace=namespace)
+
+    def flatten_with_keys(obj: Any) -> tuple[list[tuple[Any, Any]], Any]:
+        # Everything below `obj` is a leaf: one level, with the keys oxtree's JAX face gives
+        # (a registered flatten_with_keys's keys, GetAttrKey for dataclass fields, ...).
+        pairs, spec = tree_flatten_with_keys(
+            obj, functools.partial(operator.is_not, obj), namespace=namespace
+        )
+        return [(_jax_key(path[0]), child) for path, child in pairs], spec
+
+    def unflatten(spec: Any, children: Any) -> Any:
+        return spec.unflatten(children)
+
+    return flatten, flatten_with_keys, unflatten
+
+
+def register(cls: _C, namespace: str = "") -> _C:
+    """Makes ``cls``, registered in oxtree, a pytree node to JAX too; returns ``cls``.
+
+    JAX then flattens it as oxtree does in calls with ``namespace=namespace``: the same
+    children in the same order, the same aux data (so treedefs compare as oxtree's treespecs
+    do) and the same keys in ``jax.tree_util.tree_flatten_with_path``. Mirroring a type again
+    from the same namespace does nothing. JAX has one registry, so mirroring a type from a
+    second namespace with a different rule raises ValueError, as does a type JAX already
+    knows from elsewhere.
+
+    >>> import dataclasses, jax, oxtree
+    >>> @dataclasses.dataclass
+    ... class Scaled:
+    ...     value: jax.Array
+    ...     scale: float = dataclasses.field(default=2.0, metadata={'static': True})
+    >>> _ = oxtree.register_dataclass(Scaled)
+    >>> _ = register(Scaled)
+    >>> jax.jit(lambda s: s.value * s.scale)(Scaled(jax.numpy.ones(2)))
+    Array([2., 2.], dtype=float32)
+    >>> jax.tree_util.tree_flatten_with_path(Scaled(1.0))[0]
+    [((GetAttrKey(name='value'),), 1.0)]
+    """
+    if not isinstance(cls, type):
+        raise TypeError(f"oxtree.jax.register expects a class, got {cls!r}")
+    if not isinstance(namespace, str):
+        raise TypeError(f"namespace must be a str, got {type(namespace).__name__}")
+    home = _home_namespace(cls, namespace)
+    if home is None:
+        raise ValueError(
+            f"{cls.__qualname__} is not registered in oxtree ({_namespace_label(namespace)}); "
+            "register it with oxtree.register_pytree_node, register_dataclass or "
+            "register_static first"
+        )
+    with _MIRROR_LOCK:
+        done = _MIRRORED.get(cls)
+        if done is not None:
+            if done == home:
+                return cls
+            raise ValueError(
+                f"{cls.__qualname__} is already mirrored to JAX from {_namespace_label(done)}; "
+                f"JAX has a single registry, so it cannot also follow the rule of "
+                f"{_namespace_label(home)}"
+            )
+        flatten, flatten_with_keys, unflatten = _mirror_functions(home)
+        try:
+            jtu.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
+        except ValueError as err:
+            raise _KnownToJax(
+                f"{cls.__qualname__} is already registered as a pytree node in JAX by other "
+                "code, so oxtree cannot mirror it"
+            ) from err
+        _MIRRORED[cls] = home
+    return cls
+
+
+def register_namespace(namespace: str = "") -> list[type]:
+    """Mirrors (see :func:`register`) every type oxtree has registered in ``namespace`` itself
+    (the global namespace by default); returns the types this call mirrored. Types mirrored
+    before, and types JAX already has from other code, are left as they are, so calling it
+    again after new registrations mirrors just those.
+
+    >>> import oxtree
+    >>> class Box:
+    ...     def __init__(self, x): self.x = x
+    >>> _ = oxtree.register_pytree_node(
+    ...     Box, lambda b: ((b.x,), None), lambda _, c: Box(*c), namespace='boxes')
+    >>> register_namespace('boxes') == [Box]
+    True
+    >>> register_namespace('boxes')
+    []
+    >>> jax.tree_util.tree_leaves([Box(1), Box(2)])
+    [1, 2]
+    """
+    if not isinstance(namespace, str):
+        raise TypeError(f"namespace must be a str, got {type(namespace).__name__}")
+    listed = registered_types(namespace=namespace)
+    # The global types come first in a namespace's listing; the namespace's own follow.
+    own = listed[len(registered_types()) :] if namespace else listed
+    new = []
+    for cls in own:
+        if cls in _MIRRORED:
+            continue
+        try:
+            register(cls, namespace)
+        except _KnownToJax:
+            continue
+        new.append(cls)
+    return new
+
+
+def mirrored_types() -> dict[type, str]:
+    """The types mirrored to JAX so far, each with the oxtree namespace its rule comes from.
+
+    >>> isinstance(mirrored_types(), dict)
+    True
+    """
+    with _MIRROR_LOCK:
+        return dict(_MIRRORED)
+
+
+# ---------------------------------------------------------------------------------------------
+# Leaf filters
+# ---------------------------------------------------------------------------------------------
+
+# What counts as an array leaf: traced by filter_jit, differentiable by filter_grad when
+# floating. Tracers pass `isinstance(x, jax.Array)` but are no subclasses of it, so they are
+# listed too: a filtered transform nests in another.
+_ARRAY_TYPES = (jax.Array, jax.core.Tracer, np.ndarray, np.generic)
+_IS_ARRAY_TYPE: dict[type, bool] = {}
+
+
+def _is_array_type(ty: type) -> bool:
+    found = _IS_ARRAY_TYPE.get(ty)
+    if found is None:
+        # NumPy's str_, bytes_ and void scalars (np.flexible) and object scalars hold no
+        # number: they stay static.
+        found = _IS_ARRAY_TYPE[ty] = issubclass(ty, _ARRAY_TYPES) and not issubclass(
+            ty, (np.flexible, np.object_)
+        )
+    return found
+
+
+def is_array(x: Any) -> bool:
+    """Whether ``x`` is an array leaf: a JAX array (tracers included), a NumPy array or a
+    NumPy scalar of a number or bool type (a ``np.str_`` is no array).
+
+    >>> import jax.numpy as jnp, numpy as np
+    >>> is_array(jnp.ones(2)), is_array(np.float32(1.0)), is_array(1.0), is_array('a')
+    (True, True, False, False)
+    """
+    return _is_array_type(type(x))
+
+
+def is_inexact_array(x: Any) -> bool:
+    """Whether ``x`` is an array leaf (see :func:`is_array`) of floating or complex dtype.
+
+    >>> import jax.numpy as jnp
+    >>> is_inexact_array(jnp.ones(2)), is_inexact_array(jnp.arange(2)), is_inexact_array(1.0)
+    (True, False, False)
+    """
+    return is_array(x) and bool(np.issubdtype(x.dtype, np.inexact))
+
+
+# ---------------------------------------------------------------------------------------------
+# filter_jit
+# ---------------------------------------------------------------------------------------------
+
+
+def _getter(indices: Sequence[int]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+    """A C-speed function picking ``indices`` out of a sequence, always as a tuple."""
+    if not indices:
+        return lambda _: ()
+    if len(indices) == 1:
+        (i,) = indices
+        return lambda seq: (seq[i],)
+    return operator.itemgetter(*indices)
+
+
+def _merger(order: Sequence[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    """For ``order``, the leaf index of each item of a concatenation of leaf groups (arrays,
+    then statics): a C-speed function putting such a concatenation back in leaf order."""
+    if all(i == j for j, i in enumerate(order)):
+        return lambda items: items
+    where = [0] * len(order)
+    for j, i in enumerate(order):
+        where[i] = j
+    return _getter(where)
+
+
+def _split(mask: Sequence[bool]) -> tuple[list[int], list[int]]:
+    """The indices of the array leaves and of the static leaves, for a mask (True = array)."""
+    return [i for i, m in enumerate(mask) if m], [i for i, m in enumerate(mask) if not m]
+
+
+class _Out:
+    """What the traced function returns besides its array outputs: the output's graphdef,
+    its static leaves and how to merge them. A JAX node with no children whose aux data is
+    itself, so `jax.jit` hands it back unchanged after every call."""
+
+    __slots__ = ("arrays_of", "graphdef", "merge", "statics")
+
+    def __init__(self, leaves: list[Any], graphdef: GraphDef) -> None:
+        arrays, statics = _split([_is_array_type(type(x)) for x in leaves])
+        self.graphdef = graphdef
+        self.merge = _merger(arrays + statics)
+        self.statics = _getter(statics)(leaves)
+        self.arrays_of = _getter(arrays)
+
+    def rebuild(self, arrays: tuple[Any, ...]) -> Any:
+        return graph_unflatten(self.graphdef, self.merge(arrays + self.statics))
+
+
+jtu.register_pytree_node(_Out, lambda out: ((), out), lambda out, _: out)
+
+_DONATE = ("none", "all", "all-except-first")
+
+
+class _Entry:
+    """Everything filter_jit knows about one input structure (graphdef and leaf types): how to
+    split the leaves, and a compiled function per distinct tuple of static leaves."""
+
+    __slots__ = ("aliased", "arrays_of", "compiled", "graphdef", "kept", "merge", "statics_of")
+
+    def __init__(self, graphdef: GraphDef, mask: Sequence[bool], donate: str) -> None:
+        arrays, statics = _split(mask)
+        # The arrays go to the compiled function as two tuples, those kept and those donated;
+        # `kept` is how many come first (None without donation: all in one tuple).
+        self.kept: int | None = None
+        if donate == "all":
+            self.kept = 0
+        elif donate == "all-except-first":
+            paths = graphdef.paths()
+            first = [i for i in arrays if _in_first_arg(paths[i])]
+            arrays = first + [i for i in arrays if not _in_first_arg(paths[i])]
+            self.kept = len(first)
+        self.graphdef = graphdef
+        self.arrays_of = _getter(arrays)
+        self.statics_of = _getter(statics)
+        self.merge = _merger(arrays + statics)
+        self.compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
+        # For calls where one array object fills several leaves: by (statics, alias pattern).
+        self.aliased: dict[tuple[Any, ...], Callable[..., Any]] = {}
+
+
+def _in_first_arg(path: tuple[Any, ...]) -> bool:
+    # Root 0 is the positional arguments' tuple: its child 0 is the first argument.
+    return path[0] == SequenceKey(0) and len(path) > 1 and path[1] == SequenceKey(0)
+
+
+def _where(path: tuple[Any, ...]) -> str:
+    """A leaf path of filter_jit's two roots ``(args, kwargs)``, as ``args[0]['a']``."""
+    root = "args" if path[0] == SequenceKey(0) else "kwargs"
+    return root + keystr(path[1:])
+
+
+def _dedupe(arrays: tuple[Any, ...]) -> tuple[tuple[int, ...], tuple[Any, ...]]:
+    """The distinct objects among ``arrays`` (in order of first occurrence), and for each
+    array the index of its object among them."""
+    index: dict[int, int] = {}
+    unique: list[Any] = []
+    pattern = []
+    for a in arrays:
+        j = index.get(id(a))
+        if j is None:
+            j = index[id(a)] = len(unique)
+            unique.append(a)
+        pattern.append(j)
+    return tuple(pattern), tuple(unique)
+
+
+class _FilterJit:
+    """A function compiled by :func:`filter_jit`."""
+
+    def __init__(self, fn: Callable[..., Any], donate: str, namespace: str) -> None:
+        self._fn = fn
+        self._donate = donate
+        self._namespace = namespace
+        self._entries: dict[tuple[GraphDef, tuple[type, ...]], _Entry] = {}
+        functools.update_wrapper(self, fn)
+
+    def __repr__(self) -> str:
+        return f"<filter_jit of {self._fn!r}>"
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        # Decorating a method: the instance is the first argument, flattened like the rest.
+        if instance is None:
+            return self
+        return functools.partial(self, instance)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        leaves, graphdef = graph_flatten(args, kwargs, namespace=self._namespace)
+        types = tuple(map(type, leaves))
+        entry = self._entries.get((graphdef, types))
+        if entry is None:
+            entry = self._entries[(graphdef, types)] = _Entry(
+                graphdef, [_is_array_type(ty) for ty in types], self._donate
+            )
+        statics = entry.statics_of(leaves)
+        arrays = entry.arrays_of(leaves)
+        if len(set(map(id, arrays))) != len(arrays):
+            return self._call_aliased(entry, statics, arrays, leaves)
+        try:
+            compiled = entry.compiled.get(statics)
+        except TypeError:
+            self._raise_unhashable(entry, leaves)
+            raise
+        if compiled is None:
+            compiled = entry.compiled[statics] = self._compile(entry, statics, None)
+        kept = entry.kept
+        if kept is None:
+            out_arrays, out = compiled(arrays)
+        else:
+            out_arrays, out = compiled(arrays[:kept], arrays[kept:])
+        return out.rebuild(out_arrays)
+
+    def _call_aliased(
+        self, entry: _Entry, statics: tuple[Any, ...], arrays: tuple[Any, ...], leaves: list[Any]
+    ) -> Any:
+        """A call where one array object fills several leaves: it is passed once, so it is one
+        tracer inside (and one buffer, donated at most once)."""
+        pattern, unique = _dedupe(arrays)
+        try:
+            compiled = entry.aliased.get((statics, pattern))
+        except TypeError:
+            self._raise_unhashable(entry, leaves)
+            raise
+        if compiled is None:
+            compiled = entry.aliased[(statics, pattern)] = self._compile(entry, statics, pattern)
+        if entry.kept is None:
+            out_arrays, out = compiled(unique)
+        else:
+            # Objects first met among the kept arrays are kept: they come first in `unique`.
+            kept = len(set(pattern[: entry.kept]))
+            out_arrays, out = compiled(unique[:kept], unique[kept:])
+        return out.rebuild(out_arrays)
+
+    def _raise_unhashable(self, entry: _Entry, leaves: list[Any]) -> None:
+        paths = entry.graphdef.paths()
+        for i, leaf in enumerate(leaves):
+            if _is_array_type(type(leaf)):
+                continue
+            try:
+                hash(leaf)
+            except TypeError:
+                raise TypeError(
+                    f"filter_jit: the static (non-array) leaf at {_where(paths[i])} is an "
+                    f"unhashable {type(leaf).__name__}; static leaves are part of the "
+                    "compilation cache key, so they must be hashable (pass an array instead, "
+                    "or a hashable value)"
+                ) from None
+
+    def _compile(
+        self, entry: _Entry, statics: tuple[Any, ...], pattern: tuple[int, ...] | None
+    ) -> Callable[..., Any]:
+        fn = self._fn
+        namespace = self._namespace
+        graphdef = entry.graphdef
+        merge = entry.merge
+        expand = None if pattern is None else _getter(pattern)
+
+        def traced(kept: tuple[Any, ...], donated: tuple[Any, ...] = ()) -> Any:
+            arrays = tuple(kept) + tuple(donated)
+            if expand is not None:
+                arrays = expand(arrays)
+            args, kwargs = graph_unflatten(graphdef, merge(arrays + statics))
+            out_leaves, out_graphdef = graph_flatten(fn(*args, **kwargs), namespace=namespace)
+            out = _Out(out_leaves, out_graphdef)
+            return out.arrays_of(out_leaves), out
+
+        if entry.kept is None:
+            return jax.jit(traced)
+        return jax.jit(traced, donate_argnums=(1,))
+
+
+@overload
+def filter_jit(
+    fn: None = None,
+    /,
+    *,
+    donate: Literal["none", "all", "all-except-first"] = "none",
+    namespace: str = "",
+) -> Callable[[_F], _F]: ...
+@overload
+def filter_jit(
+    fn: _F,
+    /,
+    *,
+    donate: Literal["none", "all", "all-except-first"] = "none",
+    namespace: str = "",
+) -> _F: ...
+def filter_jit(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    donate: Literal["none", "all", "all-except-first"] = "none",
+    namespace: str = "",
+) -> Any:
+    """Compiles ``fn`` with ``jax.jit``, tracing only the array leaves of its arguments.
+
+    Positional and keyword arguments are flattened together as one graph
+    (:func:`oxtree.graph_flatten`, in ``namespace``). JAX and NumPy array leaves are traced;
+    every other leaf (str, int, float, None, a type, a function, ...) is static: it is part of
+    the cache key, so Python control flow on it works, and it must be hashable. ``fn`` is
+    traced once per distinct structure and static values; new array values (of the same
+    shapes and dtypes) reuse the compiled function.
+
+    References are kept: an object reached twice, within one argument or through two, is one
+    object inside ``fn``, cycles included, and the same holds for the result. ``fn`` works on
+    rebuilt copies, so mutating its arguments never touches the caller's objects. Array leaves
+    of the result come back as JAX arrays, any other leaf as the very object ``fn`` returned.
+
+    ``donate`` hands the array arguments' buffers to XLA for reuse: ``"all"``, or
+    ``"all-except-first"`` to keep those of the first positional argument.
+
+    >>> import jax.numpy as jnp
+    >>> @filter_jit
+    ... def step(state, lr, *, mode):
+    ...     if mode == 'sgd':  # a static leaf: ordinary Python control flow
+    ...         state['w'] = state['w'] - lr * state['g']
+    ...     return state
+    >>> s = {'w': jnp.ones(2), 'g': jnp.ones(2)}
+    >>> step(s, 0.5, mode='sgd')['w']
+    Array([0.5, 0.5], dtype=float32)
+    >>> s['w']  # the caller's dict is not mutated
+    Array([1., 1.], dtype=float32)
+    >>> x = [jnp.zeros(())]
+    >>> out = filter_jit(lambda v: v)({'a': x, 'b': x})
+    >>> out['a'] is out['b']
+    True
+    """
+    if donate not in _DONATE:
+        raise ValueError(f"filter_jit: donate must be one of {_DONATE}, got {donate!r}")
+    if not isinstance(namespace, str):
+        raise TypeError(f"filter_jit: namespace must be a str, got {type(namespace).__name__}")
+    if fn is None:
+        return lambda f: filter_jit(f, donate=donate, namespace=namespace)
+    if not callable(fn):
+        raise TypeError(f"filter_jit expects a callable, got {type(fn).__name__}")
+    return _FilterJit(fn, donate, namespace)
+
+
+# ---------------------------------------------------------------------------------------------
+# filter_grad and filter_value_and_grad
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_fn(fn: Any, name: str) -> None:
+    if not callable(fn):
+        raise TypeError(f"{name} expects a callable, got {type(fn).__name__}")
+
+
+def filter_value_and_grad(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    has_aux: bool = False,
+    namespace: str = "",
+) -> Any:
+    """``fn`` transformed to return ``(value, grads)``, the gradient taken with respect to the
+    floating-point array leaves (:func:`is_inexact_array`) of its first argument only.
+
+    ``grads`` has the structure of the first argument (shared objects and cycles kept), with
+    the gradient at each differentiated leaf and None at every other. With ``has_aux``, ``fn``
+    returns ``(value, aux)`` and the result is ``((value, aux), grads)``.
+
+    >>> import jax.numpy as jnp
+    >>> loss = lambda p, x: jnp.sum(p['w'] * x) + p['n']
+    >>> value, grads = filter_value_and_grad(loss)({'w': jnp.ones(2), 'n': 3}, 2.0)
+    >>> value, grads
+    (Array(7., dtype=float32), {'w': Array([2., 2.], dtype=float32), 'n': None})
+    """
+    if fn is None:
+        return lambda f: filter_value_and_grad(f, has_aux=has_aux, namespace=namespace)
+    _check_fn(fn, "filter_value_and_grad")
+
+    @functools.wraps(fn)
+    def value_and_grad(first: Any, /, *args: Any, **kwargs: Any) -> Any:
+        leaves, graphdef = graph_flatten(first, namespace=namespace)
+        where = [i for i, leaf in enumerate(leaves) if is_inexact_array(leaf)]
+
+        def differentiable(diff: list[Any]) -> Any:
+            rebuilt = list(leaves)
+            for i, d in zip(where, diff, strict=True):
+                rebuilt[i] = d
+            return fn(graph_unflatten(graphdef, rebuilt), *args, **kwargs)
+
+        value, diff_grads = jax.value_and_grad(differentiable, has_aux=has_aux)(
+            [leaves[i] for i in where]
+        )
+        grads: list[Any] = [None] * len(leaves)
+        for i, g in zip(where, diff_grads, strict=True):
+            grads[i] = g
+        return value, graph_unflatten(graphdef, grads)
+
+    return value_and_grad
+
+
+def filter_grad(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    has_aux: bool = False,
+    namespace: str = "",
+) -> Any:
+    """``fn`` transformed to return the gradient with respect to the floating-point array
+    leaves of its first argument (see :func:`filter_value_and_grad`); with ``has_aux``,
+    ``(grads, aux)``.
+
+    >>> import jax.numpy as jnp
+    >>> filter_grad(lambda p: jnp.sum(p[0] ** 2))((jnp.arange(3.0), 'static'))
+    (Array([0., 2., 4.], dtype=float32), None)
+    """
+    if fn is None:
+        return lambda f: filter_grad(f, has_aux=has_aux, namespace=namespace)
+    _check_fn(fn, "filter_grad")
+    value_and_grad = filter_value_and_grad(fn, has_aux=has_aux, namespace=namespace)
+
+    @functools.wraps(fn)
+    def grad(first: Any, /, *args: Any, **kwargs: Any) -> Any:
+        value, grads = value_and_grad(first, *args, **kwargs)
+        return (grads, value[1]) if has_aux else grads
+
+    return grad
+
+
+# ---------------------------------------------------------------------------------------------
+# partition and combine
+# ---------------------------------------------------------------------------------------------
+
+
+def partition(
+    tree: Any,
+    filter_spec: Any,
+    /,
+    replace: Any = None,
+    *,
+    is_leaf: Callable[[Any], bool] | None = None,
+    namespace: str = "",
+) -> tuple[Any, Any]:
+    """Splits ``tree`` in two trees of its structure: the leaves ``filter_spec`` selects, with
+    ``replace`` (None) in the other places, and the rest, with ``replace`` in the selected
+    places. :func:`combine` puts them back together.
+
+    ``filter_spec`` is a function of a leaf returning a bool (:func:`is_array`,
+    :func:`is_inexact_array`, ...), a bool, or a tree prefix of ``tree`` holding such
+    functions and bools. With a function or a bool the tree is flattened as a graph, so
+    shared objects and cycles are kept.
+
+    >>> import jax.numpy as jnp
+    >>> arrays, rest = partition({'w': jnp.ones(2), 'act': 'relu'}, is_array)
+    >>> arrays
+    {'w': Array([1., 1.], dtype=float32), 'act': None}
+    >>> rest
+    {'w': None, 'act': 'relu'}
+    """
+    unflatten: Callable[[list[Any]], Any]
+    if callable(filter_spec) or isinstance(filter_spec, bool):
+        leaves, graphdef = graph_flatten(tree, is_leaf=is_leaf, namespace=namespace)
+        specs = [filter_spec] * len(leaves)
+        unflatten = functools.partial(graph_unflatten, graphdef)
+    else:
+        leaves, treespec = tree_flatten(tree, is_leaf, namespace=namespace)
+        specs = broadcast_prefix(filter_spec, tree, is_leaf, namespace=namespace)
+        unflatten = treespec.unflatten
+    mask = [_select(spec, leaf) for spec, leaf in zip(specs, leaves, strict=True)]
+    return (
+        unflatten([leaf if m else replace for leaf, m in zip(leaves, mask, strict=True)]),
+        unflatten([replace if m else leaf for leaf, m in zip(leaves, mask, strict=True)]),
+    )
+
+
+def _select(spec: Any, leaf: Any) -> bool:
+    if isinstance(spec, bool):
+        return spec
+    if not callable(spec):
+        raise TypeError(
+            "partition: a filter spec holds bools and functions of a leaf, "
+            f"got {type(spec).__name__}"
+        )
+    return _check_bool(spec(leaf))
+
+
+def _check_bool(value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"partition: a filter must return a bool, got {type(value).__name__}")
+    return bool(value)
+
+
+def combine(*trees: Any, is_leaf: Callable[[Any], bool] | None = None, namespace: str = "") -> Any:
+    """Merges trees of one structure, taking at each leaf the first value that is not None:
+    the inverse of :func:`partition`. When the trees share objects alike (as
+    :func:`partition`'s two halves do), shared objects and cycles are kept; otherwise they are
+    merged as trees, like the first tree's structure.
+
+    >>> import jax.numpy as jnp
+    >>> tree = {'w': jnp.ones(2), 'act': 'relu'}
+    >>> combine(*partition(tree, is_array))
+    {'w': Array([1., 1.], dtype=float32), 'act': 'relu'}
+    """
+    if not trees:
+        raise TypeError("combine expects at least one tree")
+
+    def leaf_or_none(x: Any) -> bool:
+        return x is None or (is_leaf is not None and is_leaf(x))
+
+    graphs = [graph_flatten(t, is_leaf=leaf_or_none, namespace=namespace) for t in trees]
+    columns = [leaves for leaves, _ in graphs]
+    unflatten: Callable[[list[Any]], Any] = functools.partial(graph_unflatten, graphs[0][1])
+    if any(graphdef != graphs[0][1] for _, graphdef in graphs[1:]):
+        # The same tree structure may still differ in what is shared (a tree_map result shares
+        # nothing; a constant tuple written twice is one object): merge as trees then.
+        flats = [tree_flatten(t, leaf_or_none, namespace=namespace) for t in trees]
+        for i, (_, spec) in enumerate(flats[1:], 1):
+            if spec != flats[0][1]:
+                raise ValueError(
+                    f"combine: tree {i} has another structure than tree 0: {spec} != {flats[0][1]}"
+                )
+        columns = [leaves for leaves, _ in flats]
+        unflatten = flats[0][1].unflatten
+    merged = [
+        next((v for v in column if v is not None), None) for column in zip(*columns, strict=True)
+    ]
+    return unflatten(merged)
