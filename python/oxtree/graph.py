@@ -43,6 +43,7 @@ from oxtree._core import (
     graph_flatten,
     graph_unflatten,
     keystr,
+    registered_types,
 )
 
 __all__ = [
@@ -150,10 +151,12 @@ def graph_to_dict(
     return out
 
 
-def _kind_of(ty: type) -> int:
-    """The PyTreeKind number a container class rebuilds as."""
+def _kind_of(ty: type, registered: frozenset[type]) -> int:
+    """The PyTreeKind number a container class rebuilds as (a registration comes first)."""
     import collections
 
+    if ty in registered:
+        return int(PyTreeKind.CUSTOM)
     builtin = {
         tuple: PyTreeKind.TUPLE,
         list: PyTreeKind.LIST,
@@ -214,6 +217,7 @@ def graph_from_dict(
                 f"{GraphPath((*parent, _CLASS))} entry"
             )
 
+    registered = frozenset(registered_types(namespace=namespace))
     nodes: list[tuple[Any, ...]] = []
     position: dict[tuple[Any, ...], int] = {}
     leaves: list[Any] = []
@@ -242,7 +246,7 @@ def graph_from_dict(
             tasks.extend((k, False) for k in reversed(kids))
             continue
         position[path] = len(nodes)
-        nodes.append(_node_state(path, classes[path], data.get(path), kids))
+        nodes.append(_node_state(path, classes[path], data.get(path), kids, registered))
     state = (_STATE_VERSION, none_is_leaf, namespace, tuple(nodes), "optree")
     skeleton = _rebuild_treespec(state)
     ref_pairs = []
@@ -273,12 +277,16 @@ def _register(
 
 
 def _node_state(
-    path: tuple[Any, ...], ty: type, data: Any, kids: list[tuple[Any, ...]]
+    path: tuple[Any, ...],
+    ty: type,
+    data: Any,
+    kids: list[tuple[Any, ...]],
+    registered: frozenset[type],
 ) -> tuple[Any, ...]:
     """One node of a treespec pickle state: (kind, arity, data, keys, insertion, type, entries)."""
-    kind = _kind_of(ty)
     arity = len(kids)
     keys = tuple(getattr(k[-1], "key", None) for k in kids)
+    kind = _kind_of(ty, registered)
     if kind in (int(PyTreeKind.DICT), int(PyTreeKind.DEFAULTDICT)):
         ordered = data[1] if kind == int(PyTreeKind.DEFAULTDICT) else data
         insertion = None

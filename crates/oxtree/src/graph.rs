@@ -245,17 +245,40 @@ fn rebuild_shared<'py>(
             }
         }
     }
-    // Nodes held up by a reference to an ancestor not yet built: retry until none is left.
-    while !pending.is_empty() {
-        let before = pending.len();
-        let mut still = Vec::new();
+    // Nodes held up by a reference to an ancestor not yet built: each waits for the nodes it
+    // lacks, and is completed when the last of them is built (linear, however long the
+    // chains of waiting nodes).
+    if !pending.is_empty() {
+        let mut waiting = vec![0u32; n];
+        let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut ready = Vec::new();
         for &i in &pending {
-            if !r.complete(i)? {
-                still.push(i);
+            for c in r.children(i) {
+                if let Child::At(p) = c {
+                    if r.objs[*p].is_none() {
+                        waiting[i] += 1;
+                        dependents[*p].push(i);
+                    }
+                }
+            }
+            if waiting[i] == 0 {
+                ready.push(i);
             }
         }
-        if still.len() == before {
-            let i = still[0];
+        while let Some(i) = ready.pop() {
+            let was_built = r.objs[i].is_some();
+            let completed = r.complete(i)?;
+            debug_assert!(completed, "a node with nothing to wait for completes");
+            if !was_built {
+                for d in std::mem::take(&mut dependents[i]) {
+                    waiting[d] -= 1;
+                    if waiting[d] == 0 {
+                        ready.push(d);
+                    }
+                }
+            }
+        }
+        if let Some(&i) = pending.iter().find(|&&i| !r.done[i]) {
             return Err(TreeError::Value(format!(
                 "graph_unflatten: cannot rebuild the {} at {}: it is on a reference cycle that \
                  passes only through nodes built from their children (tuples, namedtuples, \
@@ -266,7 +289,6 @@ fn rebuild_shared<'py>(
             ))
             .into());
         }
-        pending = still;
     }
     Ok(r.objs[n - 1].take().expect("the root was built"))
 }

@@ -80,6 +80,25 @@ fn sequence_key(py: Python<'_>, j: usize) -> PyResult<Bound<'_, PyAny>> {
     Ok(Bound::new(py, SequenceKey { idx: j as isize })?.into_any())
 }
 
+/// Whether `obj` is one of the key classes (oxtree's, or JAX's, which share their names).
+fn is_key_object(obj: &Bound<'_, PyAny>) -> bool {
+    if obj.is_instance_of::<SequenceKey>()
+        || obj.is_instance_of::<DictKey>()
+        || obj.is_instance_of::<GetAttrKey>()
+        || obj.is_instance_of::<FlattenedIndexKey>()
+    {
+        return true;
+    }
+    let ty = obj.get_type();
+    let module = ty.module().map(|m| m.to_string()).unwrap_or_default();
+    let name = ty.name().map(|n| n.to_string()).unwrap_or_default();
+    module.starts_with("jax")
+        && matches!(
+            name.as_str(),
+            "SequenceKey" | "DictKey" | "GetAttrKey" | "FlattenedIndexKey"
+        )
+}
+
 /// The key of child `j` of `node` in the given style.
 pub fn child_key<'py>(
     py: Python<'py>,
@@ -100,7 +119,14 @@ pub fn child_key<'py>(
                 return Ok(Bound::new(py, DictKey { key })?.into_any());
             }
             if let Some(entries) = node.entries() {
-                return entries.bind(py).get_item(j);
+                // Keys from `flatten_with_keys` as they are; optree's raw entries (a walk
+                // that did not ask for keys) as the FlattenedIndexKey a keyed walk makes.
+                let entry = entries.bind(py).get_item(j)?;
+                if is_key_object(&entry) {
+                    return Ok(entry);
+                }
+                let key = entry.unbind();
+                return Ok(Bound::new(py, FlattenedIndexKey { key })?.into_any());
             }
             if let Some(name) = field_name(py, node, j)? {
                 return Ok(Bound::new(
