@@ -187,13 +187,16 @@ pub fn leaf_paths<'py>(
         if node.kind == Kind::Leaf {
             out.push(PyTuple::new(py, prefix.iter())?);
         } else if node.arity > 0 {
-            let children = spec.child_indices(idx);
-            let keys = node_keys(py, node, style)?;
             if has_key {
                 tasks.push(Task::Exit);
             }
-            for (child, key) in children.into_iter().zip(keys).rev() {
-                tasks.push(Task::Enter(child, Some(key)));
+            // Children from the last (just before the node, in post-order) to the first, the
+            // order a stack wants them in: no vector of indices or keys per node.
+            let mut end = idx;
+            for j in (0..node.arity).rev() {
+                let child = end - 1;
+                tasks.push(Task::Enter(child, Some(child_key(py, node, j, style)?)));
+                end = child + 1 - spec.nodes[child].num_nodes;
             }
             continue;
         }
