@@ -122,7 +122,7 @@ fn fill<'py>(
             target.call_method1("extend", (ts::unflatten_list(py, children),))?;
             Ok(())
         }
-        _ => ts::fill_mapping(py, target, node, children.into_iter(), Face::Optree),
+        _ => ts::fill_mapping(py, target, node, &children, Face::Optree),
     }
 }
 

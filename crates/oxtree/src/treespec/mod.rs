@@ -693,6 +693,14 @@ impl PyTreeSpec {
         self.num_leaves()
     }
 
+    /// A collapsible HTML view for notebooks (`oxtree.pretty.treespec_html`).
+    fn _repr_html_<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        slf.py()
+            .import("oxtree.pretty")?
+            .getattr("treespec_html")?
+            .call1((slf,))
+    }
+
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         repr::repr(self, py)
     }

@@ -104,6 +104,15 @@ pub fn build_with<'py>(
                 }
             }
             (Kind::None, Visit::Rebuild) => py.None().into_bound(py),
+            (Kind::Dict, Visit::Rebuild) => {
+                // The children stay on the stack while the dict takes references to them:
+                // no vector for the insertion order.
+                let start = stack.len() - node.arity;
+                let d = new_dict(py, node.arity)?;
+                fill_mapping(py, &d, node, &stack[start..], spec.face)?;
+                stack.truncate(start);
+                d
+            }
             (_, Visit::Rebuild) => {
                 let start = stack.len() - node.arity;
                 make_node(py, spec.face, node, stack.drain(start..))?
@@ -173,7 +182,8 @@ extern "C" {
 /// An empty dict with room for `n` items. Measured on a 10,000-key dict rebuild: the
 /// growth steps of an unsized dict are a fifth of the time.
 fn new_dict(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyAny>> {
-    if n <= 8 {
+    // Up to 5 items fit a new dict's smallest table (CPython presizes nothing below that).
+    if n <= 5 {
         return Ok(PyDict::new(py).into_any());
     }
     // SAFETY: returns a new reference to an empty dict, or NULL with an exception set.
@@ -250,7 +260,7 @@ pub fn fill_mapping<'py>(
     py: Python<'py>,
     target: &Bound<'py, PyAny>,
     node: &Node,
-    children: impl ExactSizeIterator<Item = Bound<'py, PyAny>>,
+    values: &[Bound<'py, PyAny>],
     face: Face,
 ) -> PyResult<()> {
     let keys = node
@@ -279,12 +289,11 @@ pub fn fill_mapping<'py>(
     };
     match positions {
         None => {
-            for (key, value) in keys.iter().zip(children) {
-                set(&key, &value)?;
+            for (key, value) in keys.iter().zip(values) {
+                set(&key, value)?;
             }
         }
         Some(positions) => {
-            let values: Vec<Bound<'py, PyAny>> = children.collect();
             for i in positions.iter() {
                 set(&keys.get_item(i)?, &values[i])?;
             }
@@ -310,14 +319,14 @@ pub fn make_node<'py>(
         Kind::List => list_from(py, children).into_any(),
         Kind::Dict => {
             let d = new_dict(py, node.arity)?;
-            fill_mapping(py, &d, node, children, face)?;
+            fill_mapping(py, &d, node, &children.collect::<Vec<_>>(), face)?;
             d
         }
         Kind::NamedTuple => data().call1(tuple_from(py, children))?,
         Kind::StructSeq => data().call1((tuple_from(py, children),))?,
         Kind::OrderedDict => {
             let d = types::collections(py).ordered_dict.bind(py).call0()?;
-            fill_mapping(py, &d, node, children, face)?;
+            fill_mapping(py, &d, node, &children.collect::<Vec<_>>(), face)?;
             d
         }
         Kind::DefaultDict => {
@@ -325,7 +334,7 @@ pub fn make_node<'py>(
                 .default_dict
                 .bind(py)
                 .call1((data(),))?;
-            fill_mapping(py, &d, node, children, face)?;
+            fill_mapping(py, &d, node, &children.collect::<Vec<_>>(), face)?;
             d
         }
         Kind::Deque => {
