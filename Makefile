@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.deps-installed
 
-.PHONY: all demo test lint build bench bench-jit bench-graph fmt clean
+.PHONY: all demo test lint build bench bench-jit bench-graph docs-check fmt clean
 
 all: build
 
@@ -28,13 +28,13 @@ demo: build
 lint: $(STAMP)
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
-	$(VENV)/bin/ruff check python tests benchmarks examples
-	$(VENV)/bin/ruff format --check python tests benchmarks examples
+	$(VENV)/bin/ruff check python tests benchmarks examples tools
+	$(VENV)/bin/ruff format --check python tests benchmarks examples tools
 
 fmt: $(STAMP)
 	cargo fmt --all
-	$(VENV)/bin/ruff format python tests benchmarks examples
-	$(VENV)/bin/ruff check --fix python tests benchmarks examples
+	$(VENV)/bin/ruff format python tests benchmarks examples tools
+	$(VENV)/bin/ruff check --fix python tests benchmarks examples tools
 
 test: lint build
 	cargo test --quiet
@@ -52,6 +52,11 @@ $(BENCH_STAMP): requirements-bench.txt $(STAMP)
 
 bench-jit: build $(BENCH_STAMP)
 	$(PY) benchmarks/bench_jit.py
+
+# Renders HTML views in headless Chromium (Debian's `chromium`) and checks the screenshots;
+# separate from `make test`, which needs no browser.
+docs-check: build
+	$(PY) tools/docs_check.py
 
 clean:
 	rm -rf $(VENV) target

@@ -257,7 +257,14 @@ from oxtree.graph import *  # noqa: E402, F403
 
 __all__ += _graph.__all__
 # -- pretty --
+from oxtree.pretty import pformat, pprint, summary, tree_diff, view  # noqa: E402
+
+__all__ += ["pformat", "pprint", "summary", "tree_diff", "view"]
 # -- modules --
+from oxtree import module as _module  # noqa: E402
+from oxtree.module import *  # noqa: E402, F403
+
+__all__ += _module.__all__
 
 # Last: it re-exports the names above under short names.
 from oxtree import pytree  # noqa: E402
