@@ -1,0 +1,748 @@
+"""Modules: classes whose instances are pytrees, with no registration call.
+
+A :class:`Module` subclass is registered as a pytree node when it is defined. Each attribute
+has a :class:`Kind`: ``PARAMETER`` and ``STATE`` attributes hold the leaves, ``MODULE``
+attributes hold submodules (flattened in turn), and every other attribute (``OTHERS``) is
+configuration kept in the treedef. Kinds come from ``register_parameter`` /
+``register_state`` / ``register_module``, from annotations (``weight: Parameter``), or, for a
+Module (or a list, tuple or dict of Modules) assigned to an attribute, by themselves.
+
+>>> import oxtree
+>>> class Counter(Module):
+...     def __init__(self, step):
+...         self.step = step                      # OTHERS: configuration
+...         self.register_state('count', 0)
+...         self.register_parameter('bias', 0.5)
+>>> c = Counter(step=2)
+>>> oxtree.tree_leaves(c)
+[0, 0.5]
+>>> dict(c.name_to_kind)
+{'count': <Kind.STATE: 'state'>, 'bias': <Kind.PARAMETER: 'parameter'>}
+>>> d = oxtree.tree_map(lambda x: x + 1, c)      # same class and config, no __init__ call
+>>> type(d).__name__, d.count, d.bias, d.step
+('Counter', 1, 1.5, 2)
+>>> oxtree.tree_structure(Counter(2)) == oxtree.tree_structure(Counter(3))
+False
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import operator
+import re
+import sys
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
+from typing import Annotated, Any, TypeVar
+
+from oxtree._core import (
+    GetAttrKey,
+    graph_flatten,
+    graph_unflatten,
+    register_pytree_node,
+    tree_leaves,
+    tree_map,
+)
+
+__all__ = ["Kind", "Module", "Parameter", "State"]
+
+_T = TypeVar("_T")
+_M = TypeVar("_M", bound="Module")
+
+
+class Kind(enum.Enum):
+    """The kind of a module attribute.
+
+    ``PARAMETER`` (trainable) and ``STATE`` (not trainable) attributes hold leaves,
+    ``MODULE`` attributes hold submodules, ``OTHERS`` (the default for anything unregistered)
+    is static configuration kept in the treedef.
+
+    >>> Kind.PARAMETER, Kind('state')
+    (<Kind.PARAMETER: 'parameter'>, <Kind.STATE: 'state'>)
+    """
+
+    PARAMETER = "parameter"
+    STATE = "state"
+    MODULE = "module"
+    OTHERS = "others"
+
+
+#: Annotation marker for a parameter field: ``weight: Parameter`` or ``Parameter[jax.Array]``.
+Parameter = Annotated[_T, Kind.PARAMETER]
+#: Annotation marker for a state field: ``count: State`` or ``State[int]``.
+State = Annotated[_T, Kind.STATE]
+
+
+# --------------------------------------------------------------------------------------------
+# The static part of a module: its layout (which attribute has which kind) and its
+# configuration, together its aux data. Both are immutable and shared between a module and
+# its tree_map copies; a module holds its aux data in one slot.
+# --------------------------------------------------------------------------------------------
+
+
+class _Layout:
+    """The tree attributes of a module, in registration order, with their kinds."""
+
+    __slots__ = (
+        "_hash",
+        "jax_keys",
+        "keys",
+        "kinds",
+        "name_to_kind",
+        "names",
+        "stale",
+        "values_of",
+    )
+
+    def __init__(self, items: tuple[tuple[str, Kind], ...]) -> None:
+        self.names: tuple[str, ...] = tuple(n for n, _ in items)
+        self.kinds: tuple[Kind, ...] = tuple(k for _, k in items)
+        self.name_to_kind: Mapping[str, Kind] = MappingProxyType(dict(items))
+        self.keys = tuple(GetAttrKey(n) for n in self.names)
+        self.jax_keys: tuple[Any, ...] | None = None
+        self._hash = hash((self.names, self.kinds))
+        # The children of a module, read from its __dict__ by one C call.
+        if len(self.names) >= 2:
+            self.values_of: Callable[[dict[str, Any]], tuple[Any, ...]] = operator.itemgetter(
+                *self.names
+            )
+        elif self.names:
+            name = self.names[0]
+            self.values_of = lambda d: (d[name],)
+        else:
+            self.values_of = lambda d: ()
+        # The aux data of a module with this layout whose configuration must be read again.
+        self.stale = _ModuleDef(self, None)
+
+    def with_kind(self, name: str, kind: Kind) -> _Layout:
+        return _Layout((*self.items(), (name, kind)))
+
+    def without(self, name: str) -> _Layout:
+        return _Layout(tuple(item for item in self.items() if item[0] != name))
+
+    def items(self) -> Iterator[tuple[str, Kind]]:
+        return zip(self.names, self.kinds, strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            isinstance(other, _Layout) and self.names == other.names and self.kinds == other.kinds
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Layout, (tuple(self.items()),))
+
+    def __repr__(self) -> str:
+        return ", ".join(f"{n}: {k.name}" for n, k in self.items())
+
+
+class _Identity:
+    """An unhashable configuration value, compared by identity."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Identity) and self.value is other.value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+
+def _is_array(value: Any) -> bool:
+    return getattr(value, "shape", None) is not None and getattr(value, "dtype", None) is not None
+
+
+def _static_key(value: Any, where: Callable[[], str]) -> Any:
+    """A hashable stand-in for a configuration value, equal for equal configurations.
+
+    Hashable values stand for themselves; lists, tuples, dicts and sets holding unhashable
+    values compare by content; arrays are refused (they belong in the leaves); anything else
+    compares by identity.
+    """
+    try:
+        hash(value)
+    except TypeError:
+        pass
+    else:
+        return value
+    if isinstance(value, list | tuple):
+        return (type(value), tuple(_static_key(v, where) for v in value))
+    if isinstance(value, dict):
+        return (type(value), tuple((k, _static_key(v, where)) for k, v in value.items()))
+    if isinstance(value, set):
+        return (set, frozenset(value))
+    if _is_array(value):
+        raise TypeError(
+            f"{where()} holds an array ({value.dtype}{list(value.shape)}) but is not registered, "
+            "so it would be static configuration in the treedef. Register it with "
+            "register_parameter or register_state (or annotate it Parameter or State)."
+        )
+    return _Identity(value)
+
+
+class _ModuleDef:
+    """A module's aux data: its layout and its configuration, the ``OTHERS`` attributes
+    sorted by name (None in a layout's ``stale`` instance: read them from the module).
+    """
+
+    __slots__ = ("_hash", "_key", "keys", "layout", "names", "others", "values_of")
+
+    def __init__(
+        self, layout: _Layout, others: dict[str, Any] | None, owner: str = "module"
+    ) -> None:
+        self.layout = layout
+        self.names = layout.names
+        self.keys = layout.keys
+        self.values_of = layout.values_of
+        self.others = others
+        self._key = (
+            None
+            if others is None
+            else tuple(
+                (n, _static_key(v, lambda n=n: f"{owner}.{n}"))  # type: ignore[misc]
+                for n, v in others.items()
+            )
+        )
+        self._hash: int | None = None
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            isinstance(other, _ModuleDef)
+            and self.layout == other.layout
+            and self._key == other._key
+        )
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash((self.layout, self._key))
+        return self._hash
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_ModuleDef, (self.layout, self.others))
+
+    def __repr__(self) -> str:
+        config = ", ".join(f"{n}={_short_repr(v)}" for n, v in (self.others or {}).items())
+        return f"<{self.layout}; {config}>" if self.names else f"<{config}>"
+
+
+# Per-class declared kinds (from annotations), resolved at the first instantiation so that
+# names defined after the class (string annotations) can be found.
+_DECLARED = "_oxtree_declared_"
+_EMPTY = _Layout(())
+_MISSING = object()
+_ANNOTATION_STRING = re.compile(r"^\s*(?:\w+\.)*(Parameter|State)\b")
+
+
+def _declared(cls: type) -> tuple[_Layout, dict[str, Any]]:
+    """A class's declared fields and the class-level defaults of some of them."""
+    cached = cls.__dict__.get(_DECLARED)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    items: dict[str, Kind] = {}
+    for klass in reversed(cls.__mro__):
+        if not (isinstance(klass, type) and issubclass(klass, Module)):
+            continue
+        for name, ann in inspect.get_annotations(klass).items():
+            kind = _annotation_kind(klass, name, ann)
+            if kind is not None:
+                items[name] = kind
+    layout = _Layout(tuple(items.items())) if items else _EMPTY
+    defaults = {}
+    for name in layout.names:
+        default = getattr(cls, name, _MISSING)
+        if default is not _MISSING and not callable(getattr(default, "__get__", None)):
+            defaults[name] = default  # a value, not a method or property
+    setattr(cls, _DECLARED, (layout, defaults))
+    return layout, defaults
+
+
+def _annotation_kind(klass: type, name: str, ann: Any) -> Kind | None:
+    if isinstance(ann, str):
+        module = sys.modules.get(klass.__module__)
+        try:
+            ann = eval(ann, dict(vars(module)) if module else {}, dict(vars(klass)))
+        except Exception:
+            match = _ANNOTATION_STRING.match(ann)
+            return (
+                Kind.PARAMETER
+                if match and match[1] == "Parameter"
+                else (Kind.STATE if match else None)
+            )
+    if typing.get_origin(ann) is not Annotated:
+        return None
+    kinds = [m for m in ann.__metadata__ if isinstance(m, Kind)]
+    if not kinds:
+        return None
+    if len(kinds) > 1 or kinds[0] is Kind.OTHERS:
+        raise TypeError(
+            f"{klass.__qualname__}.{name}: an annotation may carry one of PARAMETER, STATE or "
+            f"MODULE (OTHERS is the default: leave the annotation plain), got {kinds}"
+        )
+    return kinds[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Registration: one flatten for every module class, one unflatten per class.
+# --------------------------------------------------------------------------------------------
+
+_new_object = object.__new__
+
+
+def _refresh(m: Module) -> _ModuleDef:
+    """Reads a module's configuration again (after it changed) into new aux data."""
+    layout = m._oxtree_def.layout
+    tree = layout.name_to_kind
+    others = dict(sorted((n, v) for n, v in vars(m).items() if n not in tree))
+    aux = _ModuleDef(layout, others, type(m).__qualname__)
+    _DEF_SLOT.__set__(m, aux)
+    return aux
+
+
+def _unassigned(m: Module, error: KeyError) -> AttributeError:
+    name = error.args[0]
+    kind = m._oxtree_def.layout.name_to_kind[name].name
+    return AttributeError(
+        f"{type(m).__qualname__}.{name} ({kind}) was declared or registered but never "
+        "assigned, so the module cannot be flattened"
+    )
+
+
+# The hot path: one slot read and one C call for the children.
+def _flatten(m: Module) -> tuple[tuple[Any, ...], _ModuleDef, tuple[GetAttrKey, ...]]:
+    aux = m._oxtree_def
+    if aux.others is None:
+        aux = _refresh(m)
+    try:
+        # The entries are GetAttrKeys in this face too, so paths print `.weight` everywhere.
+        return aux.values_of(m.__dict__), aux, aux.keys
+    except KeyError as e:
+        raise _unassigned(m, e) from None
+
+
+def _flatten_jax(m: Module) -> tuple[tuple[Any, ...], _ModuleDef]:
+    children, aux, _ = _flatten(m)
+    return children, aux
+
+
+def _flatten_with_keys(m: Module) -> tuple[tuple[tuple[Any, Any], ...], _ModuleDef]:
+    children, aux = _flatten_jax(m)
+    return tuple(zip(aux.keys, children, strict=True)), aux
+
+
+def _unflattener(cls: type[_M]) -> Callable[[_ModuleDef, Any], _M]:
+    def unflatten(aux: _ModuleDef, children: Any) -> _M:
+        m = _new_object(cls)
+        _DEF_SLOT.__set__(m, aux)
+        d = m.__dict__
+        d.update(aux.others)  # type: ignore[arg-type]
+        d.update(zip(aux.names, children))  # noqa: B905 (the treespec fixed the count)
+        return m
+
+    unflatten.__qualname__ = f"{cls.__qualname__}.<unflatten>"
+    return unflatten
+
+
+# Classes waiting to be registered with JAX, which is never imported by this module: they
+# are registered as soon as a class is defined or a module created after `import jax`.
+_PENDING_JAX: list[type[Module]] = []
+
+
+def _flatten_with_jax_keys(m: Module) -> tuple[tuple[tuple[Any, Any], ...], _ModuleDef]:
+    children, aux = _flatten_jax(m)
+    keys = aux.layout.jax_keys
+    if keys is None:  # JAX's own key class, made once per layout
+        make_key = sys.modules["jax"].tree_util.GetAttrKey
+        keys = aux.layout.jax_keys = tuple(make_key(n) for n in aux.names)
+    return tuple(zip(keys, children, strict=True)), aux
+
+
+def _register_pending_with_jax() -> None:
+    jax = sys.modules.get("jax")
+    jtu = getattr(jax, "tree_util", None)
+    register = getattr(jtu, "register_pytree_with_keys", None)
+    if register is None:  # jax is absent or half imported
+        return
+    while _PENDING_JAX:
+        cls = _PENDING_JAX.pop()
+        try:
+            register(cls, _flatten_with_jax_keys, _unflattener(cls), _flatten_jax)
+        except ValueError as e:  # already registered (by oxtree.jax, say): nothing to do
+            if "Duplicate" not in str(e):
+                raise
+
+
+def _register(cls: type[Module]) -> None:
+    register_pytree_node(
+        cls, _flatten, _unflattener(cls), flatten_with_keys_func=_flatten_with_keys
+    )
+    _PENDING_JAX.append(cls)
+    _register_pending_with_jax()
+
+
+def _holds_modules(value: Any) -> bool:
+    if isinstance(value, Module):
+        return True
+    if isinstance(value, list | tuple):
+        return bool(value) and all(isinstance(v, Module) for v in value)
+    if isinstance(value, dict):
+        return bool(value) and all(isinstance(v, Module) for v in value.values())
+    return False
+
+
+def _is_module(x: Any) -> bool:
+    return isinstance(x, Module)
+
+
+# --------------------------------------------------------------------------------------------
+# The base class
+# --------------------------------------------------------------------------------------------
+
+
+class Module:
+    """A base class whose subclasses are pytrees: parameters and states are the leaves.
+
+    Register attributes with :meth:`register_parameter`, :meth:`register_state` and
+    :meth:`register_module`, or declare them with annotations (``weight: Parameter``,
+    ``count: State``); a Module, or a list, tuple or dict of Modules, assigned to an
+    attribute becomes a ``MODULE`` by itself. Anything else is configuration (``OTHERS``),
+    kept in the treedef; ``training`` (True by default) is configuration too.
+
+    Flattening, ``tree_map`` and ``jax.jit`` keep the class, the kinds and the
+    configuration, and never call ``__init__``. Keys are ``GetAttrKey``s, so paths read
+    ``.weight``. Subclasses need not call ``super().__init__()``.
+
+    >>> import oxtree
+    >>> class Linear(Module):
+    ...     weight: Parameter
+    ...     bias: Parameter
+    ...     def __init__(self, w, b):
+    ...         self.weight, self.bias = w, b
+    >>> class Net(Module):
+    ...     def __init__(self):
+    ...         self.layers = [Linear(1.0, 0.0), Linear(2.0, 0.5)]
+    ...         self.register_state('steps', 0)
+    >>> net = Net()
+    >>> oxtree.tree_leaves(net)
+    [1.0, 0.0, 2.0, 0.5, 0]
+    >>> [oxtree.keystr(p) for p, _ in oxtree.tree_util.tree_flatten_with_path(net)[0]]
+    ['.layers[0].weight', '.layers[0].bias', '.layers[1].weight', '.layers[1].bias', '.steps']
+    >>> oxtree.tree_leaves(net.parameters(), none_is_leaf=True)
+    [1.0, 0.0, 2.0, 0.5, None]
+    """
+
+    __slots__ = ("__dict__", "_oxtree_def")
+    _oxtree_def: _ModuleDef
+    training: bool
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if _PENDING_JAX:
+            _register_pending_with_jax()
+        self = _new_object(cls)
+        layout, defaults = _declared(cls)
+        _DEF_SLOT.__set__(self, layout.stale)
+        d = self.__dict__
+        d["training"] = True
+        d.update(defaults)
+        return self
+
+    def __init__(self) -> None:
+        # Nothing to do (``__new__`` sets a module up), so subclasses may skip calling it.
+        pass
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _register(cls)
+
+    # -- kinds ------------------------------------------------------------------------------
+
+    @property
+    def name_to_kind(self) -> Mapping[str, Kind]:
+        """A read-only mapping from each registered attribute to its kind, in registration
+        order (attributes not listed are ``OTHERS``).
+
+        >>> class M(Module):
+        ...     def __init__(self):
+        ...         self.register_parameter('w', 1.0)
+        ...         self.lr = 0.1
+        >>> M().name_to_kind
+        mappingproxy({'w': <Kind.PARAMETER: 'parameter'>})
+        """
+        return self._oxtree_def.layout.name_to_kind
+
+    def register_parameter(self, name: str, value: Any) -> None:
+        """Sets attribute ``name`` to ``value`` as a ``PARAMETER`` (trainable leaves).
+
+        >>> class M(Module):
+        ...     def __init__(self):
+        ...         self.register_parameter('w', 1.0)
+        >>> M().name_to_kind['w']
+        <Kind.PARAMETER: 'parameter'>
+        """
+        self._register_kind(name, value, Kind.PARAMETER)
+
+    def register_state(self, name: str, value: Any) -> None:
+        """Sets attribute ``name`` to ``value`` as a ``STATE`` (leaves that are not trained).
+
+        >>> class M(Module):
+        ...     def __init__(self):
+        ...         self.register_state('count', 0)
+        >>> M().name_to_kind['count']
+        <Kind.STATE: 'state'>
+        """
+        self._register_kind(name, value, Kind.STATE)
+
+    def register_module(self, name: str, value: Any) -> None:
+        """Sets attribute ``name`` to ``value`` (a Module, or a list, tuple or dict of
+        Modules, possibly empty) as a ``MODULE``.
+
+        >>> class M(Module):
+        ...     def __init__(self):
+        ...         self.register_module('blocks', [])
+        >>> M().name_to_kind['blocks']
+        <Kind.MODULE: 'module'>
+        """
+        if not (_holds_modules(value) or (isinstance(value, list | tuple | dict) and not value)):
+            raise TypeError(
+                f"register_module({name!r}, ...) expects a Module or a list, tuple or dict of "
+                f"Modules, got {type(value).__name__}: {value!r}"
+            )
+        self._register_kind(name, value, Kind.MODULE)
+
+    def _register_kind(self, name: str, value: Any, kind: Kind, *, assigned: bool = False) -> None:
+        cls = type(self).__qualname__
+        if not isinstance(name, str) or not name.isidentifier():
+            raise TypeError(f"{cls}: attribute names must be identifiers, got {name!r}")
+        if name.startswith("_oxtree") or name in _RESERVED:
+            raise ValueError(f"{cls}: {name!r} is reserved by Module and cannot be registered")
+        layout = self._oxtree_def.layout
+        if name in layout.name_to_kind:
+            raise ValueError(
+                f"{cls}: attribute {name!r} is already registered "
+                f"(as {layout.name_to_kind[name].name}); register each name once"
+            )
+        if name in self.__dict__ and not assigned:  # an assigned Module turns OTHERS to MODULE
+            raise ValueError(
+                f"{cls}: attribute {name!r} already exists as OTHERS (configuration); "
+                "register it before assigning it"
+            )
+        _DEF_SLOT.__set__(self, layout.with_kind(name, kind).stale)
+        self.__dict__[name] = value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        layout = self._oxtree_def.layout
+        if name not in layout.name_to_kind and name != "_oxtree_def":
+            if _holds_modules(value):
+                self._register_kind(name, value, Kind.MODULE, assigned=True)
+                return
+            if _is_array(value):
+                _static_key(value, lambda: f"{type(self).__qualname__}.{name}")
+            _DEF_SLOT.__set__(self, layout.stale)
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        layout = self._oxtree_def.layout
+        object.__delattr__(self, name)
+        if name in layout.name_to_kind:
+            layout = layout.without(name)
+        _DEF_SLOT.__set__(self, layout.stale)
+
+    # -- functional updates -------------------------------------------------------------------
+
+    def parameters(self: _M) -> _M:
+        """A module of the same class in which only the ``PARAMETER`` leaves remain (every
+        other leaf is None), recursively; submodules shared stay shared.
+
+        >>> class M(Module):
+        ...     def __init__(self):
+        ...         self.register_parameter('w', [1.0, 2.0])
+        ...         self.register_state('n', 0)
+        >>> p = M().parameters()
+        >>> p.w, p.n
+        ([1.0, 2.0], None)
+        """
+        return _rebuild(self, keep=Kind.PARAMETER)
+
+    def states(self: _M) -> _M:
+        """A module of the same class in which only the ``STATE`` leaves remain (every other
+        leaf is None), recursively.
+
+        >>> class M(Module):
+        ...     def __init__(self):
+        ...         self.register_parameter('w', [1.0, 2.0])
+        ...         self.register_state('n', 0)
+        >>> s = M().states()
+        >>> s.w, s.n
+        ([None, None], 0)
+        """
+        return _rebuild(self, keep=Kind.STATE)
+
+    def update(self: _M, other: _M) -> _M:
+        """A new module taking each leaf from ``other`` where ``other``'s is not None and from
+        ``self`` elsewhere (``other`` has ``self``'s structure, as ``parameters()`` and
+        ``states()`` have). Shared submodules stay shared; ``self`` is untouched.
+
+        >>> class M(Module):
+        ...     def __init__(self):
+        ...         self.register_parameter('w', 1.0)
+        ...         self.register_state('n', 0)
+        >>> import oxtree
+        >>> m = M()
+        >>> p = oxtree.tree_map(lambda x: x * 10, m.parameters())
+        >>> new = m.update(p)
+        >>> new.w, new.n, m.w
+        (10.0, 0, 1.0)
+        """
+        if type(other) is not type(self):
+            raise TypeError(
+                f"{type(self).__qualname__}.update expects a {type(self).__qualname__}, "
+                f"got {type(other).__qualname__}"
+            )
+        mine, gd = graph_flatten(self, none_is_leaf=True)
+        theirs, other_gd = graph_flatten(other, none_is_leaf=True)
+        if gd != other_gd:
+            # The tree engine names the first path where they part.
+            tree_map(lambda a, b: a, self, other, none_is_leaf=True)
+            raise ValueError(
+                f"{type(self).__qualname__}.update: the modules have the same tree structure "
+                "but share submodules differently (a transformation that does not keep "
+                "sharing, such as jax.grad or jax.jit, copies a shared submodule once per "
+                "occurrence; filter_jit and graph_flatten keep it shared)"
+            )
+        leaves = [a if b is None else b for a, b in zip(mine, theirs, strict=True)]
+        return graph_unflatten(gd, leaves)  # type: ignore[no-any-return]
+
+    def replace(self: _M, **changes: Any) -> _M:
+        """A shallow copy with some attributes replaced; ``self`` is untouched.
+
+        Each change is an assignment, so a Module assigned becomes a ``MODULE``.
+
+        >>> class M(Module):
+        ...     def __init__(self):
+        ...         self.register_parameter('w', 1.0)
+        ...         self.lr = 0.1
+        >>> m = M().replace(w=2.0, lr=0.5)
+        >>> m.w, m.lr, m.name_to_kind['w']
+        (2.0, 0.5, <Kind.PARAMETER: 'parameter'>)
+        """
+        known = self._oxtree_def.layout.name_to_kind
+        for name in changes:
+            if name not in known and name not in self.__dict__:
+                raise TypeError(
+                    f"{type(self).__qualname__}.replace: no attribute {name!r} "
+                    f"(attributes: {sorted(set(known) | set(self.__dict__))})"
+                )
+        new = _copy(self)
+        for name, value in changes.items():
+            setattr(new, name, value)
+        return new
+
+    def train(self: _M) -> _M:
+        """A copy with ``training=True``, here and in every submodule.
+
+        >>> Module().eval().train().training
+        True
+        """
+        return _rebuild(self, training=True)
+
+    def eval(self: _M) -> _M:
+        """A copy with ``training=False``, here and in every submodule.
+
+        >>> Module().eval().training
+        False
+        """
+        return _rebuild(self, training=False)
+
+    def submodules(self) -> Iterator[Module]:
+        """The direct submodules, in registration order (each shared one once).
+
+        >>> class M(Module):
+        ...     def __init__(self):
+        ...         self.a = Module()
+        ...         self.b = [Module(), self.a]
+        >>> len(list(M().submodules()))
+        2
+        """
+        seen: set[int] = set()
+        for name, kind in self._oxtree_def.layout.items():
+            if kind is Kind.MODULE:
+                for sub in _modules_in(self.__dict__.get(name)):
+                    if id(sub) not in seen:
+                        seen.add(id(sub))
+                        yield sub
+
+    # -- display ------------------------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        from oxtree.pretty import pformat  # here, not at import: display is rarely needed
+
+        return pformat(self)
+
+    def _repr_html_(self) -> str:
+        from oxtree.pretty import view
+
+        return view(self)._repr_html_()
+
+
+_DEF_SLOT = Module.__dict__["_oxtree_def"]
+_RESERVED = frozenset(n for n in dir(Module) if not n.startswith("_")) | {"training"}
+_register(Module)
+
+
+def _modules_in(value: Any) -> list[Module]:
+    return [x for x in tree_leaves(value, _is_module) if isinstance(x, Module)]
+
+
+def _copy(m: _M) -> _M:
+    new = _new_object(type(m))
+    _DEF_SLOT.__set__(new, m._oxtree_def)
+    new.__dict__.update(m.__dict__)
+    return new
+
+
+def _rebuild(root: _M, *, keep: Kind | None = None, training: bool | None = None) -> _M:
+    """Copies ``root`` and its submodules (each shared one once). With ``keep``, only the
+    leaves of that kind remain (others become None); with ``training``, every copy gets it.
+    """
+    memo: dict[int, Module] = {}
+
+    def visit(m: Any) -> Any:
+        if not isinstance(m, Module):
+            return m if keep is None else None
+        new = memo.get(id(m))
+        if new is not None:
+            return new
+        new = memo[id(m)] = _copy(m)
+        d = new.__dict__
+        for name, kind in m._oxtree_def.layout.items():
+            if name not in d:
+                continue
+            if kind is Kind.MODULE:
+                d[name] = tree_map(visit, d[name], is_leaf=_is_module)
+            elif keep is not None and kind is not keep:
+                d[name] = tree_map(_none, d[name])
+        if training is not None and d.get("training") is not training:
+            d["training"] = training
+            _DEF_SLOT.__set__(new, m._oxtree_def.layout.stale)
+        return new
+
+    return visit(root)  # type: ignore[no-any-return]
+
+
+def _none(_: Any) -> None:
+    return None
+
+
+def _short_repr(value: Any) -> str:
+    """A configuration value in a treedef's repr: functions by name, not by address."""
+    text = repr(value)
+    name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
+    if text.startswith("<") and callable(value) and isinstance(name, str):
+        return name
+    return text
