@@ -53,6 +53,9 @@ $(BENCH_STAMP): requirements-bench.txt $(STAMP)
 bench-jit: build $(BENCH_STAMP)
 	$(PY) benchmarks/bench_jit.py
 
+bench-graph: build $(BENCH_STAMP)
+	$(PY) benchmarks/bench_graph.py
+
 # Renders HTML views in headless Chromium (Debian's `chromium`) and checks the screenshots;
 # separate from `make test`, which needs no browser.
 docs-check: build

@@ -1023,3 +1023,16 @@ def test_docs_examples_run() -> None:
     )
     assert result.attempted > 50
     assert result.failed == 0
+
+
+def test_register_of_a_module_class_is_harmless() -> None:
+    import jax.numpy as jnp
+
+    class Scale(oxtree.Module):
+        def __init__(self) -> None:
+            self.register_parameter("w", jnp.ones(2))
+
+    assert oxjax.register(Scale) is Scale
+    assert oxjax.register(Scale) is Scale
+    leaves = jax.tree_util.tree_leaves(Scale())
+    assert len(leaves) == 1

@@ -38,6 +38,7 @@ import jax
 import jax.tree_util as jtu
 import numpy as np
 
+from oxtree import module as _module
 from oxtree._core import (
     DictKey,
     FlattenedIndexKey,
@@ -165,6 +166,11 @@ def register(cls: _C, namespace: str = "") -> _C:
         raise TypeError(f"oxtree.jax.register expects a class, got {cls!r}")
     if not isinstance(namespace, str):
         raise TypeError(f"namespace must be a str, got {type(namespace).__name__}")
+    if issubclass(cls, _module.Module):
+        # Modules register themselves with JAX (with their GetAttrKey keys) once jax is
+        # imported; mirroring one again is the harmless no-op it is for any mirrored type.
+        _module._register_pending_with_jax()
+        return cls
     home = _home_namespace(cls, namespace)
     if home is None:
         raise ValueError(
@@ -742,3 +748,7 @@ def combine(*trees: Any, is_leaf: Callable[[Any], bool] | None = None, namespace
         next((v for v in column if v is not None), None) for column in zip(*columns, strict=True)
     ]
     return unflatten(merged)
+
+
+# Module classes defined (or instances made) before JAX was imported register now.
+_module._register_pending_with_jax()
