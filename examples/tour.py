@@ -526,6 +526,89 @@ def jax_face() -> None:
 
 
 # --------------------------------------------------------------------------------------
+@section("Graphs: shared and cyclic references")
+def graphs() -> None:
+    x = [1, 2]
+    x.append(x)  # a cycle
+    obj = {"a": x, "b": x}  # and sharing
+    leaves, gd = oxtree.graph_flatten(obj)
+    show("leaves", leaves)
+    print(f"  {'graphdef':<28} {gd}")
+    new = oxtree.graph_unflatten(gd, [10, 20])
+    show("rebuilt", new)
+    show("still shared? still cyclic?", (new["a"] is new["b"], new["a"][2] is new["a"]))
+    view = oxtree.graph_to_dict(obj)
+    show("path-keyed view", view)
+    expect_error("tree_flatten(obj)", lambda: oxtree.tree_flatten(obj))
+
+
+@section("Seeing trees: pformat, summary, tree_diff")
+def seeing_trees() -> None:
+    import numpy as np
+
+    params = {
+        "encoder": {"w": np.zeros((784, 256), np.float32), "b": np.zeros(256, np.float32)},
+        "head": {"w": np.zeros((256, 10), np.float32), "b": np.zeros(10, np.float32)},
+        "step": 0,
+    }
+    oxtree.pprint(params, width=60)  # arrays as dtype[shape]; breaks only what does not fit
+    print(oxtree.summary(params, depth=1))  # leaves, elements and bytes per subtree
+    changed = {**params, "head": {"w": params["head"]["w"], "b": [0.0] * 10}, "step": 1}
+    print(oxtree.tree_diff(params, changed, leaves=True))  # the engine's words, by key path
+    loop: dict[str, Any] = {"name": "loop"}
+    loop["self"] = loop
+    oxtree.pprint(loop)  # shared containers and cycles print as references
+
+
+@section("JAX: filter_jit keeps shared references; oxtree types in jax.grad")
+def jax_integration() -> None:
+    import jax
+    import jax.numpy as jnp
+    import oxtree.jax as oxjax  # `import oxtree` alone never imports JAX
+
+    def bump(v: dict[str, Any]) -> dict[str, Any]:
+        v["a"][0] += 1  # acts on the copy rebuilt inside the trace, never on the caller's
+        return v
+
+    x = [jnp.zeros(())]
+    out = oxjax.filter_jit(bump)({"a": x, "b": x})
+    show('out["a"] is out["b"]', out["a"] is out["b"])
+    show("out", out)
+    show("the caller's x", x)
+    oxjax.register(Layer)  # mirror oxtree's registration of Layer into JAX's registry
+    grads = jax.grad(lambda lay: jnp.sum(lay.weight**2) + lay.bias)(
+        Layer(jnp.ones(2), jnp.float32(0.5))
+    )
+    show("jax.grad over a Layer", grads)
+    note("arrays are traced, other leaves static: one trace per structure (see docs/jax.md)")
+
+
+@section("Modules: oxtree.Module, pytrees with parameters, states and configuration")
+def modules() -> None:
+    class Linear(oxtree.Module):
+        weight: oxtree.Parameter  # declared kinds; or self.register_parameter("weight", w)
+        bias: oxtree.Parameter
+
+        def __init__(self, w: float, n_out: int) -> None:
+            self.weight, self.bias = w, 0.0
+            self.n_out = n_out  # configuration: kept in the treedef
+
+    class MLP(oxtree.Module):
+        def __init__(self) -> None:
+            self.layers = [Linear(1.0, 2), Linear(2.0, 1)]  # modules: a MODULE by themselves
+            self.register_state("steps", 0)
+
+    model = MLP()
+    show("name_to_kind", dict(model.name_to_kind))
+    show("leaves", oxtree.tree_leaves(model))
+    show("paths", [oxtree.keystr(p) for p, _ in oxtree.tree_util.tree_leaves_with_path(model)])
+    show("parameters() leaves", oxtree.tree_leaves(model.parameters(), none_is_leaf=True))
+    show("eval().layers[0].training", model.eval().layers[0].training)
+    same = oxtree.tree_structure(Linear(1.0, 2)) == oxtree.tree_structure(Linear(1.0, 3))
+    show("configs differ: specs equal?", same)
+    note("examples/mlp.py trains an MLP with jax.grad over parameters() under filter_jit")
+
+
 # Speed (keep this section last)
 # --------------------------------------------------------------------------------------
 
