@@ -73,11 +73,15 @@ pub fn flatten<'py>(
             for name in data {
                 children.push(obj.getattr(name.bind(py))?);
             }
-            let mut values = Vec::with_capacity(meta.len());
-            for name in meta {
-                values.push(obj.getattr(name.bind(py))?);
-            }
-            let aux = super::tuple_from_vec(py, values).into_any();
+            let aux = if meta.is_empty() {
+                PyTuple::empty(py).into_any()
+            } else {
+                let mut values = Vec::with_capacity(meta.len());
+                for name in meta {
+                    values.push(obj.getattr(name.bind(py))?);
+                }
+                super::tuple_from_vec(py, values).into_any()
+            };
             Ok((Children::Vec(children), aux, None))
         }
         Rule::Static => Ok((Children::Vec(Vec::new()), obj.clone(), None)),

@@ -304,9 +304,10 @@ pub struct Flattener<
     /// Ask custom nodes for their keys (JAX's `flatten_with_keys`) while walking.
     with_keys: bool,
     face: Face,
-    /// The type of the last object classified as a leaf by the slow path: leaves of one type
-    /// usually come in runs. Held strongly, so its address cannot be reused mid-walk.
-    last_leaf_type: Option<Bound<'py, pyo3::types::PyType>>,
+    /// The types of the last two objects classified as leaves by the slow path: leaves of one
+    /// type usually come in runs, or alternate between two (an int and a float field of
+    /// every dataclass). Held strongly, so their addresses cannot be reused mid-walk.
+    leaf_types: [Option<Bound<'py, pyo3::types::PyType>>; 2],
     /// Graph walks only: the containers seen so far.
     memo: Memo<'py>,
     /// The nodes of open frames whose kinds carry data, innermost last.
@@ -337,7 +338,7 @@ impl<
             next_cycle_check: FIRST_CYCLE_CHECK,
             with_keys: false,
             face: Face::Optree,
-            last_leaf_type: None,
+            leaf_types: [None, None],
             memo: Memo::default(),
             payloads: Vec::new(),
         }
@@ -524,11 +525,10 @@ impl<
     }
 
     fn visit_other(&mut self, obj: Bound<'py, PyAny>, stack: &mut Vec<Frame<'py>>) -> PyResult<()> {
-        if let Some(t) = &self.last_leaf_type {
-            if t.as_ptr() == obj.get_type_ptr().cast() {
-                self.leaf(obj);
-                return Ok(());
-            }
+        let ty = obj.get_type_ptr().cast::<ffi::PyObject>();
+        if self.leaf_types.iter().flatten().any(|t| t.as_ptr() == ty) {
+            self.leaf(obj);
+            return Ok(());
         }
         let class = classify_other(&obj, self.registry, self.namespace, self.face);
         if !matches!(class, Class::Leaf) && self.seen_before(&obj) {
@@ -536,7 +536,9 @@ impl<
         }
         let frame = match class {
             Class::Leaf => {
-                self.last_leaf_type = Some(obj.get_type());
+                // The newer type takes the older one's slot.
+                self.leaf_types.swap(0, 1);
+                self.leaf_types[0] = Some(obj.get_type());
                 self.leaf(obj);
                 return Ok(());
             }
