@@ -1,5 +1,6 @@
 //! Treespec equality and hashing: linear scans over the node vectors.
 
+use pyo3::ffi;
 use pyo3::prelude::*;
 
 use super::{Node, PyTreeSpec};
@@ -13,9 +14,22 @@ fn same_object(a: &Option<Py<PyAny>>, b: &Option<Py<PyAny>>) -> bool {
     }
 }
 
+/// `a == b` as CPython's containers decide it: identity first, then `__eq__`, with no
+/// result object made.
+fn equal_ptrs(py: Python<'_>, a: *mut ffi::PyObject, b: *mut ffi::PyObject) -> PyResult<bool> {
+    if a == b {
+        return Ok(true);
+    }
+    // SAFETY: both are live objects owned by the treespecs being compared.
+    match unsafe { ffi::PyObject_RichCompareBool(a, b, ffi::Py_EQ) } {
+        r if r < 0 => Err(PyErr::fetch(py)),
+        r => Ok(r == 1),
+    }
+}
+
 fn equal_objects(py: Python<'_>, a: &Option<Py<PyAny>>, b: &Option<Py<PyAny>>) -> PyResult<bool> {
     match (a, b) {
-        (Some(x), Some(y)) => Ok(x.as_ptr() == y.as_ptr() || x.bind(py).eq(y.bind(py))?),
+        (Some(x), Some(y)) => equal_ptrs(py, x.as_ptr(), y.as_ptr()),
         (None, None) => Ok(true),
         _ => Ok(false),
     }
@@ -23,16 +37,43 @@ fn equal_objects(py: Python<'_>, a: &Option<Py<PyAny>>, b: &Option<Py<PyAny>>) -
 
 fn equal_keys(py: Python<'_>, a: &Node, b: &Node) -> PyResult<bool> {
     match (a.keys(), b.keys()) {
-        // One comparison of the two lists: CPython's list compare checks identity first and
-        // compares str keys without a Python-level call per key.
-        (Some(x), Some(y)) => Ok(x.as_ptr() == y.as_ptr() || x.bind(py).eq(y.bind(py))?),
+        (Some(x), Some(y)) => {
+            if x.as_ptr() == y.as_ptr() {
+                return Ok(true);
+            }
+            let (x, y) = (x.bind(py), y.bind(py));
+            if x.len() != y.len() {
+                return Ok(false);
+            }
+            // Key by key, identity first (keys usually are the same str objects): no Python
+            // call for two lists and no result object.
+            for i in 0..x.len() {
+                // SAFETY: `i` is below both lengths; the key lists are private to their
+                // treespecs and never change, and an `__eq__` called below cannot reach them.
+                let (p, q) = unsafe {
+                    (
+                        ffi::PyList_GET_ITEM(x.as_ptr(), i as ffi::Py_ssize_t),
+                        ffi::PyList_GET_ITEM(y.as_ptr(), i as ffi::Py_ssize_t),
+                    )
+                };
+                if !equal_ptrs(py, p, q)? {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        }
         (x, y) => Ok(x.is_none() && y.is_none()),
     }
 }
 
+#[inline(always)]
 fn equal_nodes(py: Python<'_>, a: &Node, b: &Node) -> PyResult<bool> {
-    if a.num_leaves != b.num_leaves {
+    if a.num_leaves != b.num_leaves || a.kind != b.kind || a.arity != b.arity {
         return Ok(false);
+    }
+    // Most nodes carry no payload: decided here, without a call.
+    if matches!(a.kind, Kind::Leaf | Kind::None | Kind::Tuple | Kind::List) {
+        return Ok(true);
     }
     same_node(py, a, b)
 }
@@ -63,6 +104,12 @@ pub fn same_node(py: Python<'_>, a: &Node, b: &Node) -> PyResult<bool> {
 pub fn equal(a: &PyTreeSpec, b: &PyTreeSpec, py: Python<'_>) -> PyResult<bool> {
     if std::ptr::eq(a, b) {
         return Ok(true);
+    }
+    // Hashes already computed that differ settle it at once.
+    if let (Some(x), Some(y)) = (a.hash.get(), b.hash.get()) {
+        if x != y {
+            return Ok(false);
+        }
     }
     if a.none_is_leaf != b.none_is_leaf
         || a.face != b.face
