@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import inspect
 import pkgutil
+import types
+from types import ModuleType
+from typing import Any
 
 import oxtree
 import pytest
+from oxtree import tree, tree_util
 
 # Every public module of the package (and the core), found rather than listed, so a new
-# module's examples run without anyone remembering to add it here.
+# module's examples run without anyone remembering to add it here. The core's `jax` submodule
+# (the JAX face's functions) is not importable by name, so it is listed.
 MODULES = [
     "oxtree",
     "oxtree._core",
+    "oxtree._core.jax",
     *sorted(
         f"oxtree.{info.name}"
         for info in pkgutil.iter_modules(oxtree.__path__)
@@ -21,18 +28,88 @@ MODULES = [
     ),
 ]
 
+# The namespaces whose every public callable must show an example.
+FACES = (oxtree, tree_util, tree)
 
-@pytest.mark.parametrize("name", MODULES)
-def test_docstring_examples(name: str) -> None:
-    module = importlib.import_module(name)
+
+def _module(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError:  # a submodule an extension made: an attribute of its parent
+        parent, _, child = name.rpartition(".")
+        return getattr(importlib.import_module(parent), child)
+
+
+def _doctests(name: str) -> list[doctest.DocTest]:
+    """The examples of module `name`, with the names a reader of its docs has at hand."""
+    module = _module(name)
     # The core's examples use the public names bare, as a user of `from oxtree import *` would.
     globs = {**{n: getattr(oxtree, n) for n in oxtree.__all__}, **vars(module)}
     finder = doctest.DocTestFinder(exclude_empty=True)
-    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     tests = finder.find(module, name, globs=globs)
-    for test in tests:
+    found = {test.docstring for test in tests}
+    # The finder skips what it cannot tie to the module: an alias with its own docstring
+    # (`Parameter = Annotated[...]`, its __doc__ set), and the functions of a module whose
+    # __name__ is not its import path (the core's `jax` submodule calls itself `jax`).
+    parser = doctest.DocTestParser()
+    public = getattr(module, "__all__", None) or [n for n in vars(module) if n[0] != "_"]
+    for attr in public:
+        obj = getattr(module, attr)
+        doc = getattr(obj, "__doc__", None)
+        if inspect.ismodule(obj) or not isinstance(doc, str) or ">>>" not in doc:
+            continue
+        # Defined here (not re-exported), and its own docstring rather than its type's.
+        if getattr(obj, "__module__", None) != module.__name__ or doc == type(obj).__doc__:
+            continue
+        if doc not in found:
+            found.add(doc)
+            tests.append(parser.get_doctest(doc, dict(globs), f"{name}.{attr}", None, 0))
+    return tests
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name: str) -> None:
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    for test in _doctests(name):
         runner.run(test)
     result = runner.summarize(verbose=False)
     assert result.failed == 0, f"{result.failed} docstring example(s) failed in {name}"
-    if name in ("oxtree._core", "oxtree.registry", "oxtree.dataclasses"):
+    if name in ("oxtree._core", "oxtree._core.jax", "oxtree.registry", "oxtree.dataclasses"):
         assert result.attempted > 0, f"{name} has no docstring examples"
+
+
+def _public_callables() -> list[tuple[str, Any]]:
+    """Every callable in the faces' ``__all__`` (submodules aside), as ``(full name, obj)``."""
+    out = []
+    for face in FACES:
+        for attr in face.__all__:
+            obj = getattr(face, attr)
+            # Type aliases (`tree_util.KeyPath = tuple[KeyEntry, ...]`, as JAX defines it)
+            # are `types.GenericAlias` objects: they carry no docstring of their own.
+            if isinstance(obj, types.GenericAlias):
+                continue
+            if not inspect.ismodule(obj) and callable(obj):
+                out.append((f"{face.__name__}.{attr}", obj))
+    return out
+
+
+def test_every_public_name_has_an_example() -> None:
+    # A name with an example in its docstring; an alias (`tree_util.PyTreeDef`) shares it.
+    missing = [
+        name
+        for name, obj in _public_callables()
+        if ">>>" not in (getattr(obj, "__doc__", "") or "")
+    ]
+    assert missing == [], f"{len(missing)} public names have no `>>>` example: {missing}"
+
+
+def test_every_public_example_runs() -> None:
+    # ... and that example is one `test_docstring_examples` runs (the finder skips some
+    # objects, such as those whose __module__ names no module in MODULES).
+    run = {test.docstring for name in MODULES for test in _doctests(name)}
+    unrun = [
+        name
+        for name, obj in _public_callables()
+        if ">>>" in (getattr(obj, "__doc__", "") or "") and obj.__doc__ not in run
+    ]
+    assert unrun == [], f"these public names' examples are never run: {unrun}"

@@ -43,7 +43,19 @@ __all__ = [
 
 
 class PyTreeEntry:
-    """One step from a node to a child: the entry, the node's type and its kind."""
+    """One step from a node to a child: the entry, the node's type and its kind.
+
+    The base class of the entry classes below; an entry is called on a node to fetch the
+    child, and :meth:`codify` writes the same step as Python source.
+
+    >>> e = tree_accessors({'a': [1, 2]})[1][1]
+    >>> e, isinstance(e, PyTreeEntry)
+    (SequenceEntry(index=1, type=<class 'list'>), True)
+    >>> e.entry, e.type, e.kind
+    (1, <class 'list'>, <PyTreeKind.LIST: 4>)
+    >>> e([10, 20]), e.codify('xs')
+    (20, 'xs[1]')
+    """
 
     __slots__ = ("entry", "kind", "type")
     entry: Any
@@ -100,7 +112,12 @@ class PyTreeEntry:
 
 
 class GetItemEntry(PyTreeEntry):
-    """A child read by ``obj[entry]``."""
+    """A child read by ``obj[entry]``.
+
+    >>> e = GetItemEntry('a', dict, PyTreeKind.DICT)
+    >>> e({'a': 1}), e.codify('d')
+    (1, "d['a']")
+    """
 
     __slots__ = ()
 
@@ -112,7 +129,12 @@ class GetItemEntry(PyTreeEntry):
 
 
 class SequenceEntry(GetItemEntry):
-    """A position in a tuple, list or deque."""
+    """A position in a tuple, list or deque.
+
+    >>> e = SequenceEntry(1, list, PyTreeKind.LIST)
+    >>> e, e.index, e([10, 20]), e.codify('xs')
+    (SequenceEntry(index=1, type=<class 'list'>), 1, 20, 'xs[1]')
+    """
 
     __slots__ = ()
 
@@ -125,7 +147,12 @@ class SequenceEntry(GetItemEntry):
 
 
 class MappingEntry(GetItemEntry):
-    """A key of a dict, OrderedDict or defaultdict."""
+    """A key of a dict, OrderedDict or defaultdict.
+
+    >>> e = MappingEntry('a', dict, PyTreeKind.DICT)
+    >>> e, e.key, e({'a': 1}), e.codify('d')
+    (MappingEntry(key='a', type=<class 'dict'>), 'a', 1, "d['a']")
+    """
 
     __slots__ = ()
 
@@ -138,7 +165,14 @@ class MappingEntry(GetItemEntry):
 
 
 class NamedTupleEntry(SequenceEntry):
-    """A field of a namedtuple (the entry is its index)."""
+    """A field of a namedtuple (the entry is its index).
+
+    >>> import collections
+    >>> P = collections.namedtuple('P', 'x y')
+    >>> e = NamedTupleEntry(1, P, PyTreeKind.NAMEDTUPLE)
+    >>> e, e.field, e(P(1, 2)), e.codify('p')
+    (NamedTupleEntry(field='y', type=<class '...P'>), 'y', 2, 'p.y')
+    """
 
     __slots__ = ()
 
@@ -157,7 +191,13 @@ class NamedTupleEntry(SequenceEntry):
 
 
 class StructSequenceEntry(SequenceEntry):
-    """A field of a struct sequence such as ``time.struct_time`` (the entry is its index)."""
+    """A field of a struct sequence such as ``time.struct_time`` (the entry is its index).
+
+    >>> import time
+    >>> e = StructSequenceEntry(0, time.struct_time, PyTreeKind.STRUCTSEQUENCE)
+    >>> e, e(time.gmtime(0)), e.codify('t')
+    (StructSequenceEntry(field='tm_year', type=<class 'time.struct_time'>), 1970, 't.tm_year')
+    """
 
     __slots__ = ()
 
@@ -195,7 +235,12 @@ def _structseq_field_names(cls: Any) -> list[str | None]:
 
 
 class GetAttrEntry(PyTreeEntry):
-    """A child read by ``getattr(obj, entry)``."""
+    """A child read by ``getattr(obj, entry)``.
+
+    >>> e = GetAttrEntry('real', complex, PyTreeKind.CUSTOM)
+    >>> e.name, e(3 + 4j), e.codify('z')
+    ('real', 3.0, 'z.real')
+    """
 
     __slots__ = ()
 
@@ -211,7 +256,18 @@ class GetAttrEntry(PyTreeEntry):
 
 
 class DataclassEntry(GetAttrEntry):
-    """A field of a registered dataclass."""
+    """A field of a registered dataclass.
+
+    >>> import dataclasses
+    >>> @dataclasses.dataclass
+    ... class Point:
+    ...     x: float
+    ...     y: float
+    >>> _ = register_dataclass(Point, namespace='doc-accessors')
+    >>> e = tree_accessors(Point(1.0, 2.0), namespace='doc-accessors')[1][0]
+    >>> e, e.field, e(Point(1.0, 2.0)), e.codify('p')
+    (DataclassEntry(field='y', type=<class '...Point'>), 'y', 2.0, 'p.y')
+    """
 
     __slots__ = ()
 
@@ -224,7 +280,16 @@ class DataclassEntry(GetAttrEntry):
 
 
 class FlattenedEntry(PyTreeEntry):
-    """A child of a registered node, found by flattening the node one level."""
+    """A child of a registered node, found by flattening the node one level.
+
+    >>> class Pair:
+    ...     def __init__(self, a, b): self.a, self.b = a, b
+    >>> _ = register_pytree_node(
+    ...     Pair, lambda p: ((p.a, p.b), None), lambda _, c: Pair(*c), namespace='doc-accessors')
+    >>> e = tree_accessors(Pair(1, 2), namespace='doc-accessors')[1][0]
+    >>> e, e(Pair(1, 2)), e.codify('p')
+    (FlattenedEntry(entry=1, type=<class '...Pair'>), 2, 'p[<flat index 1>]')
+    """
 
     __slots__ = ("namespace",)
     namespace: str
@@ -246,7 +311,13 @@ class FlattenedEntry(PyTreeEntry):
 
 
 class AutoEntry(PyTreeEntry):
-    """Makes the entry class that fits the node: ``AutoEntry(0, list, PyTreeKind.LIST)``."""
+    """Makes the entry class that fits the node: ``AutoEntry(0, list, PyTreeKind.LIST)``.
+
+    >>> AutoEntry(0, list, PyTreeKind.LIST)
+    SequenceEntry(index=0, type=<class 'list'>)
+    >>> AutoEntry('a', dict, PyTreeKind.DICT)
+    MappingEntry(key='a', type=<class 'dict'>)
+    """
 
     __slots__ = ()
 
@@ -281,7 +352,15 @@ def _entry_class(entry: Any, typ: type, kind: PyTreeKind) -> type[PyTreeEntry]:
 
 
 class PyTreeAccessor(tuple):  # type: ignore[type-arg]
-    """A path from the root to a subtree, as a tuple of entries; call it on a tree."""
+    """A path from the root to a subtree, as a tuple of entries; call it on a tree.
+
+    >>> tree = {'a': [1, (2, 3)]}
+    >>> acc = tree_accessors(tree)[2]
+    >>> acc(tree), acc.path, acc.codify('tree')
+    (3, ('a', 1, 1), "tree['a'][1][1]")
+    >>> acc[:2].codify(), acc[:2](tree)        # a slice is the accessor of an inner node
+    ("*['a'][1]", (2, 3))
+    """
 
     __slots__ = ()
 

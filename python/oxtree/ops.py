@@ -925,7 +925,14 @@ def tree_combine(
 
 
 class FlattenOneLevelOutput(NamedTuple):
-    """What :func:`tree_flatten_one_level` returns."""
+    """What :func:`tree_flatten_one_level` returns: a named tuple of four fields.
+
+    >>> out = tree_flatten_one_level([1, (2, 3)])
+    >>> out.children, out.metadata, out.entries
+    ([1, (2, 3)], None, (0, 1))
+    >>> out.unflatten_func(out.metadata, ['a', 'b'])
+    ['a', 'b']
+    """
 
     children: list[Any]
     metadata: Any

@@ -289,37 +289,70 @@ def treespec_from_collection(
 
 
 def treespec_paths(treespec: PyTreeSpec, /) -> list[tuple[Any, ...]]:
-    """``treespec.paths()``."""
+    """The path of every leaf, as tuples of raw entries: ``treespec.paths()``.
+
+    >>> treespec_paths(tree_structure({'a': [1, 2], 'b': None}))
+    [('a', 0), ('a', 1)]
+    """
     return _arg(treespec).paths()
 
 
 def treespec_accessors(treespec: PyTreeSpec, /) -> Any:
-    """``treespec.accessors()``."""
+    """The accessor of every leaf: ``treespec.accessors()``.
+
+    >>> spec = tree_structure({'a': [1, 2]})
+    >>> [a.codify('t') for a in treespec_accessors(spec)]
+    ["t['a'][0]", "t['a'][1]"]
+    """
     return _arg(treespec).accessors()
 
 
 def treespec_entries(treespec: PyTreeSpec, /) -> list[Any]:
-    """``treespec.entries()``."""
+    """The entries (keys, indices or fields) of the root's children: ``treespec.entries()``.
+
+    >>> treespec_entries(tree_structure({'b': 1, 'a': [2]}))
+    ['a', 'b']
+    >>> treespec_entries(tree_structure((3, 4)))
+    [0, 1]
+    """
     return _arg(treespec).entries()
 
 
 def treespec_entry(treespec: PyTreeSpec, index: int, /) -> Any:
-    """``treespec.entry(index)``."""
+    """The entry of the root's ``index``-th child: ``treespec.entry(index)``.
+
+    >>> treespec_entry(tree_structure({'b': 1, 'a': 2}), 1)
+    'b'
+    """
     return _arg(treespec).entry(index)
 
 
 def treespec_children(treespec: PyTreeSpec, /) -> list[PyTreeSpec]:
-    """``treespec.children()``."""
+    """The treespecs of the root's children: ``treespec.children()``.
+
+    >>> treespec_children(tree_structure({'a': [1, 2], 'b': None}))
+    [PyTreeSpec([*, *]), PyTreeSpec(None)]
+    """
     return _arg(treespec).children()
 
 
 def treespec_child(treespec: PyTreeSpec, index: int, /) -> PyTreeSpec:
-    """``treespec.child(index)``."""
+    """The treespec of the root's ``index``-th child: ``treespec.child(index)``.
+
+    >>> treespec_child(tree_structure({'a': [1, 2], 'b': None}), 0)
+    PyTreeSpec([*, *])
+    """
     return _arg(treespec).child(index)
 
 
 def treespec_one_level(treespec: PyTreeSpec, /) -> PyTreeSpec | None:
-    """``treespec.one_level()``."""
+    """The root node alone, its children made leaves (None for a leaf): ``treespec.one_level()``.
+
+    >>> treespec_one_level(tree_structure({'a': [1, 2], 'b': None}))
+    PyTreeSpec({'a': *, 'b': *})
+    >>> print(treespec_one_level(tree_structure(1)))
+    None
+    """
     return _arg(treespec).one_level()
 
 
@@ -329,34 +362,73 @@ def treespec_transform(
     f_node: Callable[[PyTreeSpec], PyTreeSpec] | None = None,
     f_leaf: Callable[[PyTreeSpec], PyTreeSpec] | None = None,
 ) -> PyTreeSpec:
-    """``treespec.transform(f_node, f_leaf)``."""
+    """A treespec rebuilt bottom-up by ``f_node`` (nodes) and ``f_leaf`` (leaves).
+
+    Each function takes the one-level (for a node) or leaf treespec and returns its
+    replacement: ``treespec.transform(f_node, f_leaf)``.
+
+    >>> spec = tree_structure({'a': [1, 2], 'b': None})
+    >>> treespec_transform(spec, f_leaf=lambda leaf: tree_structure((0, 0)))
+    PyTreeSpec({'a': [(*, *), (*, *)], 'b': None})
+    """
     return _arg(treespec).transform(f_node, f_leaf)
 
 
 def treespec_is_leaf(treespec: PyTreeSpec, /, *, strict: bool = True) -> bool:
-    """``treespec.is_leaf(strict)``."""
+    """Whether the treespec is one leaf (with ``strict=False``, or None): ``treespec.is_leaf()``.
+
+    >>> treespec_is_leaf(tree_structure(1)), treespec_is_leaf(tree_structure([1]))
+    (True, False)
+    >>> treespec_is_leaf(tree_structure(None)), treespec_is_leaf(tree_structure(None), strict=False)
+    (False, True)
+    """
     return _arg(treespec).is_leaf(strict=strict)
 
 
 def treespec_is_strict_leaf(treespec: PyTreeSpec, /) -> bool:
-    """Whether the treespec is exactly one leaf."""
+    """Whether the treespec is exactly one leaf.
+
+    >>> treespec_is_strict_leaf(tree_structure(1)), treespec_is_strict_leaf(tree_structure(None))
+    (True, False)
+    """
     return _arg(treespec).is_leaf(strict=True)
 
 
 def treespec_is_one_level(treespec: PyTreeSpec, /) -> bool:
-    """``treespec.is_one_level()``."""
+    """Whether the root's children are all leaves: ``treespec.is_one_level()``.
+
+    >>> treespec_is_one_level(tree_structure([1, 2]))
+    True
+    >>> treespec_is_one_level(tree_structure([1, [2]]))
+    False
+    """
     return _arg(treespec).is_one_level()
 
 
 def treespec_is_prefix(
     treespec: PyTreeSpec, other_treespec: PyTreeSpec, /, *, strict: bool = False
 ) -> bool:
-    """``treespec.is_prefix(other_treespec, strict=strict)``."""
+    """Whether ``treespec`` is a prefix of ``other_treespec``: ``treespec.is_prefix(...)``.
+
+    A prefix is the other treespec with some subtrees cut down to leaves; with
+    ``strict=True`` the two must also differ.
+
+    >>> a, b = tree_structure([1, 2]), tree_structure([1, (2, 3)])
+    >>> treespec_is_prefix(a, b), treespec_is_prefix(b, a)
+    (True, False)
+    >>> treespec_is_prefix(a, a), treespec_is_prefix(a, a, strict=True)
+    (True, False)
+    """
     return _arg(treespec).is_prefix(_arg(other_treespec), strict=strict)
 
 
 def treespec_is_suffix(
     treespec: PyTreeSpec, other_treespec: PyTreeSpec, /, *, strict: bool = False
 ) -> bool:
-    """``treespec.is_suffix(other_treespec, strict=strict)``."""
+    """Whether ``other_treespec`` is a prefix of ``treespec``: ``treespec.is_suffix(...)``.
+
+    >>> a, b = tree_structure([1, 2]), tree_structure([1, (2, 3)])
+    >>> treespec_is_suffix(b, a), treespec_is_suffix(a, b)
+    (True, False)
+    """
     return _arg(treespec).is_suffix(_arg(other_treespec), strict=strict)

@@ -33,6 +33,14 @@ use crate::treespec::{self as ts, Face, Node, PyTreeSpec};
 use crate::types;
 
 /// The structure of a graph: what `graph_flatten` returns next to the leaves.
+///
+/// >>> x = [1, 2]
+/// >>> leaves, gd = graph_flatten({'a': x, 'b': x})
+/// >>> gd, gd.num_leaves, gd.num_refs
+/// (GraphDef({'a': [*, *], 'b': <ref obj['a']>}), 2, 1)
+/// >>> out = gd.unflatten([10, 20])
+/// >>> out, out['a'] is out['b']
+/// ({'a': [10, 20], 'b': [10, 20]}, True)
 #[pyclass(frozen, module = "oxtree", name = "GraphDef")]
 pub struct GraphDef {
     /// The walk's structure, in which every reference is a leaf.

@@ -157,6 +157,9 @@ fn _is_leaf(tree: &Bound<'_, PyAny>, is_leaf: Option<&Bound<'_, PyAny>>) -> PyRe
 
 pub fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     let m = PyModule::new(parent.py(), "jax")?;
+    // Its full name, so its functions' `__module__` says where they live (and nothing
+    // mistakes it for the `jax` package).
+    m.setattr("__name__", "oxtree._core.jax")?;
     m.add_function(wrap_pyfunction!(tree_flatten, &m)?)?;
     m.add_function(wrap_pyfunction!(tree_leaves, &m)?)?;
     m.add_function(wrap_pyfunction!(tree_structure, &m)?)?;
@@ -167,6 +170,6 @@ pub fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tree_leaves_with_path, &m)?)?;
     m.add_function(wrap_pyfunction!(tree_map_with_path, &m)?)?;
     m.add_function(wrap_pyfunction!(_is_leaf, &m)?)?;
-    parent.add_submodule(&m)?;
+    parent.add("jax", &m)?;
     Ok(())
 }

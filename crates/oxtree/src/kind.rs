@@ -75,7 +75,11 @@ pub fn py_tree_kind(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
             .call(("PyTreeKind", members), Some(&kwargs))?;
         cls.setattr(
             "__doc__",
-            "The kind of a treespec's root node (optree's numbering).",
+            "The kind of a treespec's root node (optree's numbering).\n\n\
+             >>> tree_structure([1, 2]).kind\n\
+             <PyTreeKind.LIST: 4>\n\
+             >>> PyTreeKind(5).name, tree_structure(None).kind == PyTreeKind.NONE\n\
+             ('DICT', True)\n",
         )?;
         Ok(cls.unbind())
     })?;

@@ -71,6 +71,10 @@ use pyo3::basic::CompareOp;
 use pyo3::types::{PyString, PyTuple};
 
 /// A position in a sequence: `SequenceKey(idx=0)`, printed `[0]`.
+///
+/// >>> path, leaf = tree_util.tree_leaves_with_path(['a', 'b'])[1]
+/// >>> path, leaf, path[0].idx, keystr(path)
+/// ((SequenceKey(idx=1),), 'b', 1, '[1]')
 #[pyclass(frozen, module = "oxtree", name = "SequenceKey")]
 pub struct SequenceKey {
     #[pyo3(get)]
@@ -78,6 +82,12 @@ pub struct SequenceKey {
 }
 
 /// A mapping key: `DictKey(key='a')`, printed `['a']`.
+///
+/// >>> [path for path, _ in tree_util.tree_leaves_with_path({'b': 1, 'a': 2})]
+/// [(DictKey(key='a'),), (DictKey(key='b'),)]
+/// >>> k = DictKey('a')
+/// >>> k.key, str(k), k == DictKey(key='a')
+/// ('a', "['a']", True)
 #[pyclass(frozen, module = "oxtree", name = "DictKey")]
 pub struct DictKey {
     #[pyo3(get)]
@@ -85,6 +95,13 @@ pub struct DictKey {
 }
 
 /// An attribute or field: `GetAttrKey(name='x')`, printed `.x`.
+///
+/// >>> import collections
+/// >>> Point = collections.namedtuple('Point', 'x y')
+/// >>> tree_util.tree_leaves_with_path(Point(1, 2))
+/// [((GetAttrKey(name='x'),), 1), ((GetAttrKey(name='y'),), 2)]
+/// >>> GetAttrKey('y').name, str(GetAttrKey('y'))
+/// ('y', '.y')
 #[pyclass(frozen, module = "oxtree", name = "GetAttrKey")]
 pub struct GetAttrKey {
     #[pyo3(get)]
@@ -92,6 +109,15 @@ pub struct GetAttrKey {
 }
 
 /// A child of a node that names no keys: `FlattenedIndexKey(key=0)`, printed `[<flat index 0>]`.
+///
+/// >>> class Pair:
+/// ...     def __init__(self, a, b): self.a, self.b = a, b
+/// >>> tree_util.register_pytree_node(Pair, lambda p: ((p.a, p.b), None), lambda _, c: Pair(*c))
+/// >>> [path for path, _ in tree_util.tree_leaves_with_path(Pair(1, 2))]
+/// [(FlattenedIndexKey(key=0),), (FlattenedIndexKey(key=1),)]
+/// >>> FlattenedIndexKey(1).key, str(FlattenedIndexKey(1))
+/// (1, '[<flat index 1>]')
+/// >>> unregister_pytree_node(Pair)
 #[pyclass(frozen, module = "oxtree", name = "FlattenedIndexKey")]
 pub struct FlattenedIndexKey {
     #[pyo3(get)]

@@ -299,6 +299,19 @@ pub fn custom_entry_text(entry: &Bound<'_, PyAny>) -> String {
 }
 
 /// A tree structure: what `tree_flatten` returns next to the leaves.
+///
+/// Immutable, hashable and picklable. `PyTreeDef` is the same class; treedefs made by
+/// `oxtree.tree_util` print in JAX's grammar.
+///
+/// >>> leaves, spec = tree_flatten({'b': [1, 2], 'a': None})
+/// >>> spec, spec.num_leaves, spec.kind
+/// (PyTreeSpec({'a': None, 'b': [*, *]}), 2, <PyTreeKind.DICT: 5>)
+/// >>> spec.unflatten([10, 20])
+/// {'b': [10, 20], 'a': None}
+/// >>> spec == tree_structure({'a': None, 'b': [0, 0]})
+/// True
+/// >>> tree_util.tree_structure({'a': None, 'b': [0, 0]})
+/// PyTreeDef({'a': None, 'b': [*, *]})
 #[pyclass(frozen, module = "oxtree", name = "PyTreeSpec")]
 pub struct PyTreeSpec {
     pub(crate) nodes: Vec<Node>,
