@@ -4,7 +4,10 @@
 //! path is one tuple. The walk is pre-order over the post-order nodes, with an explicit stack.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyTuple};
+use std::sync::Mutex;
+
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyInt, PyString, PyTuple};
 
 use super::{custom, Node, PyTreeSpec};
 use crate::kind::Kind;
@@ -99,6 +102,40 @@ fn is_key_object(obj: &Bound<'_, PyAny>) -> bool {
         )
 }
 
+/// Key objects made once and shared, by the address of the str or int they wrap: keys are
+/// immutable, so every path may hold the same `DictKey('w')`. Each entry holds its key
+/// object (through the key class), so no address is reused while it is cached. Making a key
+/// object was most of a key path's cost (276 instructions of a gpt2-like dict's 450 per
+/// child); the cache is emptied when it reaches `SHARED_KEYS_MAX` entries.
+type KeyCache = PyOnceLock<Mutex<types::PtrMap<Py<PyAny>>>>;
+static DICT_KEYS: KeyCache = PyOnceLock::new();
+static ATTR_KEYS: KeyCache = PyOnceLock::new();
+const SHARED_KEYS_MAX: usize = 16_384;
+
+fn shared_key<'py>(
+    py: Python<'py>,
+    cache: &KeyCache,
+    key: Bound<'py, PyAny>,
+    make: impl FnOnce(Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    // Only keys whose value can never change: exact str and int.
+    if !(key.is_exact_instance_of::<PyString>() || key.is_exact_instance_of::<PyInt>()) {
+        return make(key);
+    }
+    let cache = cache.get_or_init(py, || Mutex::new(types::PtrMap::default()));
+    let addr = key.as_ptr() as usize;
+    if let Some(found) = cache.lock().expect("never poisoned").get(&addr) {
+        return Ok(found.bind(py).clone());
+    }
+    let made = make(key)?;
+    let mut map = cache.lock().expect("never poisoned");
+    if map.len() >= SHARED_KEYS_MAX {
+        map.clear();
+    }
+    map.insert(addr, made.clone().unbind());
+    Ok(made)
+}
+
 /// The key of child `j` of `node` in the given style.
 pub fn child_key<'py>(
     py: Python<'py>,
@@ -115,8 +152,10 @@ pub fn child_key<'py>(
         }
         KeyStyle::Keys => {
             if let Some(keys) = node.keys() {
-                let key = keys.bind(py).get_item(j)?.unbind();
-                return Ok(Bound::new(py, DictKey { key })?.into_any());
+                let key = keys.bind(py).get_item(j)?;
+                return shared_key(py, &DICT_KEYS, key, |k| {
+                    Ok(Bound::new(py, DictKey { key: k.unbind() })?.into_any())
+                });
             }
             if let Some(entries) = node.entries() {
                 // Keys from `flatten_with_keys` as they are; optree's raw entries (a walk
@@ -129,13 +168,10 @@ pub fn child_key<'py>(
                 return Ok(Bound::new(py, FlattenedIndexKey { key })?.into_any());
             }
             if let Some(name) = field_name(py, node, j)? {
-                return Ok(Bound::new(
-                    py,
-                    GetAttrKey {
-                        name: name.unbind(),
-                    },
-                )?
-                .into_any());
+                return shared_key(py, &ATTR_KEYS, name.into_any(), |n| {
+                    let name = n.cast_into::<PyString>()?.unbind();
+                    Ok(Bound::new(py, GetAttrKey { name })?.into_any())
+                });
             }
             if node.kind == Kind::Custom {
                 let key = j.into_pyobject(py)?.into_any().unbind();
