@@ -16,12 +16,12 @@ True
 
 from __future__ import annotations
 
-import importlib
-import json
-from typing import Any
-
 from oxtree import _core
 from oxtree._core import PyTreeKind, PyTreeSpec
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["JSON_FORMAT", "JSON_VERSION", "treespec_from_json", "treespec_to_json"]
 
@@ -71,6 +71,8 @@ def _type_name(obj: Any) -> str:
 
 
 def _import(name: Any) -> Any:
+    import importlib
+
     if not isinstance(name, str) or name.count(":") != 1:
         raise ValueError(f"treespec_from_json: bad type name {name!r}")
     module, qualname = name.split(":")
@@ -134,6 +136,8 @@ def treespec_from_json(doc: str | bytes | dict[str, Any], /) -> PyTreeSpec:
     PyTreeSpec((*, None))
     """
     if isinstance(doc, str | bytes):
+        import json  # here: importing it costs more than the rest of `import oxtree`
+
         try:
             doc = json.loads(doc)
         except (json.JSONDecodeError, RecursionError) as e:
@@ -150,7 +154,13 @@ def treespec_from_json(doc: str | bytes | dict[str, Any], /) -> PyTreeSpec:
         raise ValueError("treespec_from_json: 'nodes' must be a list")
     state_nodes = []
     for i, node in enumerate(nodes):
-        if not isinstance(node, list) or len(node) < 2 or node[0] not in _KIND_VALUES:
+        if (
+            not isinstance(node, list)
+            or len(node) < 2
+            or not isinstance(node[0], str)
+            or node[0] not in _KIND_VALUES
+            or type(node[1]) is not int
+        ):
             raise ValueError(f"treespec_from_json: node {i} is malformed: {node!r}")
         kind = PyTreeKind(_KIND_VALUES[node[0]])
         arity, rest = node[1], node[2:]

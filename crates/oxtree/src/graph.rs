@@ -643,10 +643,20 @@ fn node_path<'py>(py: Python<'py>, spec: &PyTreeSpec, idx: usize) -> PyResult<Bo
 pub fn _rebuild_graphdef<'py>(
     py: Python<'py>,
     skeleton: Bound<'py, PyTreeSpec>,
-    num_roots: usize,
-    refs: Vec<(u32, u32)>,
+    num_roots: &Bound<'py, PyAny>,
+    refs: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, GraphDef>> {
     let bad = |why: String| PyValueError::new_err(format!("invalid GraphDef state: {why}"));
+    // Numbers out of range are a corrupted state like any other: ValueError, not the
+    // OverflowError of an integer conversion.
+    let num_roots: usize = num_roots.extract().map_err(|_| {
+        bad(format!(
+            "num_roots must be a small non-negative int, got {num_roots}"
+        ))
+    })?;
+    let refs: Vec<(u32, u32)> = refs.extract().map_err(|_| {
+        bad("references must be (leaf, target) pairs of small non-negative ints".into())
+    })?;
     {
         let spec = skeleton.get();
         let root = spec.root();
@@ -670,6 +680,11 @@ pub fn _rebuild_graphdef<'py>(
                 .ok_or_else(|| bad(format!("reference target {target} is out of range")))?;
             if matches!(node.kind, Kind::Leaf | Kind::None) {
                 return Err(bad(format!("reference target {target} is not a container")));
+            }
+            // With several roots the skeleton's root is the tuple holding them, no object of
+            // the graph's: nothing may refer to it.
+            if num_roots != 1 && target as usize == spec.nodes.len() - 1 {
+                return Err(bad("a reference targets the tuple of roots".into()));
             }
         }
     }

@@ -1120,11 +1120,16 @@ fn sort_keys_in_place(
         Ok(()) => return Ok(()),
         Err(e) => e,
     };
-    // A failed sort leaves its list permuted: put the insertion order back first. The keys
-    // are alive: the list holds a reference to each, whatever order it left them in.
-    for (i, &key) in original.iter().enumerate() {
-        // SAFETY: `key` is one of the list's own items, so it is alive.
-        let key = unsafe { Bound::from_borrowed_ptr(py, key) };
+    // A failed sort leaves its list permuted: put the insertion order back. Every key is
+    // alive now (the list holds each, whatever order it left them in), but writing one slot
+    // drops the list's reference to the key it displaces, which may be the last one (a key's
+    // `__lt__` may have emptied the dict): take a reference to every key before writing any.
+    // SAFETY: each pointer is one of the list's own items, so each is alive here.
+    let owned: Vec<Bound<'_, PyAny>> = original
+        .iter()
+        .map(|&key| unsafe { Bound::from_borrowed_ptr(py, key) })
+        .collect();
+    for (i, key) in owned.into_iter().enumerate() {
         keys.set_item(i, key)?;
     }
     if strict {
