@@ -9,7 +9,6 @@ arrays are recognised by their ``shape`` and ``dtype`` attributes.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import types
 from collections.abc import Callable, Iterable
@@ -133,6 +132,8 @@ def display_order(obj: Any, spec: PyTreeSpec, pairs: list[tuple[Any, Any]]) -> l
 
 def _with_static_fields(obj: Any, pairs: list[tuple[Any, Any]]) -> list[tuple[Any, Any, bool]]:
     """A dataclass node's children interleaved with its other fields, in field order."""
+    import dataclasses  # here: importing it costs more than the rest of `import oxtree`
+
     by_name = {key.name: (key, child) for key, child in pairs if isinstance(key, GetAttrKey)}
     out: list[tuple[Any, Any, bool]] = []
     for field in dataclasses.fields(obj):
@@ -178,6 +179,8 @@ def build(
     At most ``max_items`` children of any one node are kept, and once ``max_leaves`` leaves are
     in, everything after them is left out; each run of left-out children becomes one MORE item.
     """
+    import dataclasses  # here: importing it costs more than the rest of `import oxtree`
+
     root: Item | None = None
     stack: list[tuple[Any, Item | None, Any, int, int]] = [(tree, None, None, 0, _VISIT)]
     seen: dict[int, tuple[Any, Item]] = {}  # keeps the objects alive, so ids stay unique
@@ -240,28 +243,24 @@ def build(
 
 
 def build_from_spec(spec: PyTreeSpec) -> Item:
-    """The display model of a treespec: its leaves are ``*`` placeholders."""
-    root = Item(PLACEHOLDER, None, None)
-    stack: list[tuple[PyTreeSpec, Item]] = [(spec, root)]
-    while stack:
-        node_spec, item = stack.pop()
-        if node_spec.is_leaf():
-            continue
-        if node_spec.kind == PyTreeKind.NONE:
-            item.kind = NONE
-            continue
-        item.kind = NODE
-        item.spec = node_spec
-        level = node_spec.one_level()
-        keys = [path[0] for path in level.key_paths()] if level is not None else []
-        children = node_spec.children()
-        if len(keys) != len(children):  # defensive: name children by position
-            keys = [SequenceKey(index) for index in range(len(children))]
-        for key, child_spec in zip(keys, children, strict=True):
-            child = Item(PLACEHOLDER, item, key)
-            item.entries.append(child)
-            stack.append((child_spec, child))
-    return root
+    """The display model of a treespec: its leaves are ``*`` placeholders.
+
+    Built from the treespec's pre-order outline in one pass (taking ``children()`` level by
+    level copies each subtree again at every level: quadratic on deep treespecs).
+    """
+    items: list[Item] = []
+    for parent, key, level in spec._outline():
+        item = Item(PLACEHOLDER, items[parent] if parent >= 0 else None, key)
+        if parent >= 0:
+            items[parent].entries.append(item)
+        if level is not None:
+            if level.kind == PyTreeKind.NONE:
+                item.kind = NONE
+            else:
+                item.kind = NODE
+                item.spec = level
+        items.append(item)
+    return items[0]
 
 
 def walk(root: Item) -> Iterable[Item]:

@@ -610,6 +610,33 @@ impl PyTreeSpec {
         ops::one_level(py, self)
     }
 
+    /// Every node in pre-order as `(parent, key, one_level)`: the parent's position in this
+    /// list (-1 for the root), the node's key in its parent (JAX-style, None for the root)
+    /// and its one-level treespec (None for a leaf). Linear in the nodes, for renderers that
+    /// would otherwise copy a subtree per level with `children()`.
+    #[allow(clippy::type_complexity)]
+    fn _outline<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Vec<(isize, Option<Bound<'py, PyAny>>, Option<PyTreeSpec>)>> {
+        let mut out = Vec::with_capacity(self.nodes.len());
+        let mut todo: Vec<(usize, isize, Option<Bound<'py, PyAny>>)> =
+            vec![(self.nodes.len() - 1, -1, None)];
+        while let Some((idx, parent, key)) = todo.pop() {
+            let me = out.len() as isize;
+            out.push((parent, key, ops::one_level_at(py, self, idx)));
+            let node = &self.nodes[idx];
+            let mut end = idx;
+            for j in (0..node.arity).rev() {
+                let child = end - 1;
+                let k = keys::child_key(py, node, j, keys::KeyStyle::Keys)?;
+                todo.push((child, me, Some(k)));
+                end = child + 1 - self.nodes[child].num_nodes;
+            }
+        }
+        Ok(out)
+    }
+
     /// Whether the root's children are all leaves (and the root is not a leaf).
     fn is_one_level(&self) -> bool {
         let root = self.root();

@@ -270,7 +270,12 @@ pub fn graft(
 
 /// The root node with a leaf for each child, or None for a leaf.
 pub fn one_level(py: Python<'_>, spec: &PyTreeSpec) -> Option<PyTreeSpec> {
-    let root = spec.root();
+    one_level_at(py, spec, spec.nodes.len() - 1)
+}
+
+/// Node `idx` alone, with a leaf for each child; None for a leaf.
+pub fn one_level_at(py: Python<'_>, spec: &PyTreeSpec, idx: usize) -> Option<PyTreeSpec> {
+    let root = &spec.nodes[idx];
     if root.kind == Kind::Leaf {
         return None;
     }
