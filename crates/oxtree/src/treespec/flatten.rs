@@ -660,12 +660,7 @@ impl<
                 // optree-style entries, wanted as JAX keys: each becomes a FlattenedIndexKey.
                 let keys = e
                     .iter()
-                    .map(|k| {
-                        Ok(
-                            Bound::new(py, crate::paths::FlattenedIndexKey { key: k.unbind() })?
-                                .into_any(),
-                        )
-                    })
+                    .map(|k| super::keys::flattened_key(py, k))
                     .collect::<PyResult<Vec<_>>>()?;
                 entries = Some(PyTuple::new(py, keys)?);
             }

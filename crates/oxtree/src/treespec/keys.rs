@@ -70,6 +70,24 @@ const SHARED_SEQUENCE_KEYS: usize = 1024;
 
 static SEQUENCE_KEYS: pyo3::sync::PyOnceLock<Vec<Py<SequenceKey>>> = pyo3::sync::PyOnceLock::new();
 
+static FLATTENED_INDEX_KEYS: pyo3::sync::PyOnceLock<Vec<Py<FlattenedIndexKey>>> =
+    pyo3::sync::PyOnceLock::new();
+
+/// `FlattenedIndexKey(j)`, shared for small `j` (the children of registered nodes that name
+/// no keys).
+fn flattened_index_key(py: Python<'_>, j: usize) -> PyResult<Bound<'_, PyAny>> {
+    let make = |i: usize| -> PyResult<Py<FlattenedIndexKey>> {
+        let key = i.into_pyobject(py)?.into_any().unbind();
+        Py::new(py, FlattenedIndexKey { key })
+    };
+    if j < SHARED_SEQUENCE_KEYS {
+        let keys = FLATTENED_INDEX_KEYS
+            .get_or_try_init(py, || (0..SHARED_SEQUENCE_KEYS).map(make).collect())?;
+        return Ok(keys[j].bind(py).clone().into_any());
+    }
+    Ok(make(j)?.into_bound(py).into_any())
+}
+
 /// `SequenceKey(j)`, shared for small `j`.
 fn sequence_key(py: Python<'_>, j: usize) -> PyResult<Bound<'_, PyAny>> {
     if j < SHARED_SEQUENCE_KEYS {
@@ -110,6 +128,17 @@ fn is_key_object(obj: &Bound<'_, PyAny>) -> bool {
 type KeyCache = PyOnceLock<Mutex<types::PtrMap<Py<PyAny>>>>;
 static DICT_KEYS: KeyCache = PyOnceLock::new();
 static ATTR_KEYS: KeyCache = PyOnceLock::new();
+static FLAT_KEYS: KeyCache = PyOnceLock::new();
+
+/// `FlattenedIndexKey(entry)` for one of optree's raw entries, shared for str and int ones.
+pub fn flattened_key<'py>(
+    py: Python<'py>,
+    entry: Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    shared_key(py, &FLAT_KEYS, entry, |k| {
+        Ok(Bound::new(py, FlattenedIndexKey { key: k.unbind() })?.into_any())
+    })
+}
 const SHARED_KEYS_MAX: usize = 16_384;
 
 fn shared_key<'py>(
@@ -164,8 +193,7 @@ pub fn child_key<'py>(
                 if is_key_object(&entry) {
                     return Ok(entry);
                 }
-                let key = entry.unbind();
-                return Ok(Bound::new(py, FlattenedIndexKey { key })?.into_any());
+                return flattened_key(py, entry);
             }
             if let Some(name) = field_name(py, node, j)? {
                 return shared_key(py, &ATTR_KEYS, name.into_any(), |n| {
@@ -174,8 +202,7 @@ pub fn child_key<'py>(
                 });
             }
             if node.kind == Kind::Custom {
-                let key = j.into_pyobject(py)?.into_any().unbind();
-                return Ok(Bound::new(py, FlattenedIndexKey { key })?.into_any());
+                return flattened_index_key(py, j);
             }
             sequence_key(py, j)
         }
