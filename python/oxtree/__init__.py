@@ -14,11 +14,10 @@ where two trees part.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
-
-from oxtree import dataclasses, tree, tree_util
-from oxtree import types as types
+# The core's names are imported here (cheap: one extension module); every other public name
+# comes from a Python submodule that is imported on first use (PEP 562 `__getattr__` below),
+# so `import oxtree` stays fast: between them the submodules pull in typing, dataclasses,
+# inspect, json, re... A name registered in `_LAZY` is also in `__all__` and `dir(oxtree)`.
 from oxtree._core import (
     GLOBAL_NAMESPACE,
     MAX_RECURSION_DEPTH,
@@ -32,6 +31,9 @@ from oxtree._core import (
     SequenceKey,
     all_leaves,
     keystr,
+    register_pytree_node,
+    register_static,
+    registered_types,
     tree_flatten,
     tree_flatten_with_path,
     tree_is_leaf,
@@ -43,85 +45,146 @@ from oxtree._core import (
     tree_paths,
     tree_structure,
     tree_unflatten,
-)
-from oxtree.accessors import (
-    AutoEntry,
-    DataclassEntry,
-    FlattenedEntry,
-    GetAttrEntry,
-    GetItemEntry,
-    MappingEntry,
-    NamedTupleEntry,
-    PyTreeAccessor,
-    PyTreeEntry,
-    SequenceEntry,
-    StructSequenceEntry,
-    tree_accessors,
-    tree_flatten_with_accessor,
-    tree_map_with_accessor,
-    tree_set,
-)
-from oxtree.functools import Partial
-from oxtree.ops import (
-    FlattenOneLevelOutput,
-    broadcast_common,
-    broadcast_prefix,
-    prefix_errors,
-    tree_all,
-    tree_any,
-    tree_broadcast_common,
-    tree_broadcast_map,
-    tree_broadcast_map_with_path,
-    tree_broadcast_prefix,
-    tree_combine,
-    tree_flatten_one_level,
-    tree_map_with_accessor_,
-    tree_map_with_path_,
-    tree_max,
-    tree_min,
-    tree_partition,
-    tree_reduce,
-    tree_reduce_associative,
-    tree_replace_nones,
-    tree_sum,
-    tree_transpose,
-    tree_transpose_map,
-    tree_transpose_map_with_path,
-)
-from oxtree.registry import (
-    register_dataclass,
-    register_pytree_node,
-    register_pytree_node_class,
-    register_static,
-    registered_types,
     unregister_pytree_node,
 )
-from oxtree.serialization import treespec_from_json, treespec_to_json
-from oxtree.treespec import (
-    treespec_accessors,
-    treespec_child,
-    treespec_children,
-    treespec_defaultdict,
-    treespec_deque,
-    treespec_dict,
-    treespec_entries,
-    treespec_entry,
-    treespec_from_collection,
-    treespec_is_leaf,
-    treespec_is_one_level,
-    treespec_is_prefix,
-    treespec_is_strict_leaf,
-    treespec_is_suffix,
-    treespec_leaf,
-    treespec_list,
-    treespec_namedtuple,
-    treespec_none,
-    treespec_one_level,
-    treespec_ordereddict,
-    treespec_paths,
-    treespec_structseq,
-    treespec_transform,
-    treespec_tuple,
+
+# Imported now, since importing it registers Partial as a node: `registered_types()` lists
+# Partial from the start, as it always has.
+from oxtree.functools import Partial
+
+# `typing.TYPE_CHECKING` without importing typing; type checkers treat the name as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # what the lazily loaded names are, for type checkers
+    from collections.abc import Callable, Iterator
+    from typing import Any
+
+    from oxtree import dataclasses, pytree, tree, tree_util
+    from oxtree.accessors import (
+        AutoEntry,
+        DataclassEntry,
+        FlattenedEntry,
+        GetAttrEntry,
+        GetItemEntry,
+        MappingEntry,
+        NamedTupleEntry,
+        PyTreeAccessor,
+        PyTreeEntry,
+        SequenceEntry,
+        StructSequenceEntry,
+        tree_accessors,
+        tree_flatten_with_accessor,
+        tree_map_with_accessor,
+        tree_set,
+    )
+    from oxtree.ops import (
+        FlattenOneLevelOutput,
+        broadcast_common,
+        broadcast_prefix,
+        prefix_errors,
+        tree_all,
+        tree_any,
+        tree_broadcast_common,
+        tree_broadcast_map,
+        tree_broadcast_map_with_path,
+        tree_broadcast_prefix,
+        tree_combine,
+        tree_flatten_one_level,
+        tree_map_with_accessor_,
+        tree_map_with_path_,
+        tree_max,
+        tree_min,
+        tree_partition,
+        tree_reduce,
+        tree_reduce_associative,
+        tree_replace_nones,
+        tree_sum,
+        tree_transpose,
+        tree_transpose_map,
+        tree_transpose_map_with_path,
+    )
+    from oxtree.registry import register_dataclass, register_pytree_node_class
+    from oxtree.serialization import treespec_from_json, treespec_to_json
+    from oxtree.treespec import (
+        treespec_accessors,
+        treespec_child,
+        treespec_children,
+        treespec_defaultdict,
+        treespec_deque,
+        treespec_dict,
+        treespec_entries,
+        treespec_entry,
+        treespec_from_collection,
+        treespec_is_leaf,
+        treespec_is_one_level,
+        treespec_is_prefix,
+        treespec_is_strict_leaf,
+        treespec_is_suffix,
+        treespec_leaf,
+        treespec_list,
+        treespec_namedtuple,
+        treespec_none,
+        treespec_one_level,
+        treespec_ordereddict,
+        treespec_paths,
+        treespec_structseq,
+        treespec_transform,
+        treespec_tuple,
+    )
+
+# The submodules, each loaded on first use of `oxtree.<submodule>` (or an import of it).
+_SUBMODULES = frozenset(
+    {
+        "accessors",
+        "dataclasses",
+        "functools",
+        "graph",
+        "module",
+        "ops",
+        "pretty",
+        "pytree",
+        "registry",
+        "serialization",
+        "tree",
+        "tree_util",
+        "treespec",
+        "types",
+    }
+)
+
+# Each lazily loaded name -> the submodule defining it.
+_LAZY: dict[str, str] = {}
+
+
+def _lazy(module: str, names: str) -> list[str]:
+    """Registers the space-separated ``names`` as loaded from ``oxtree.<module>``; lists them."""
+    listed = names.split()
+    _LAZY.update(dict.fromkeys(listed, module))
+    return listed
+
+
+_lazy(
+    "accessors",
+    "AutoEntry DataclassEntry FlattenedEntry GetAttrEntry GetItemEntry MappingEntry "
+    "NamedTupleEntry PyTreeAccessor PyTreeEntry SequenceEntry StructSequenceEntry tree_accessors "
+    "tree_flatten_with_accessor tree_map_with_accessor tree_set",
+)
+_lazy(
+    "ops",
+    "FlattenOneLevelOutput broadcast_common broadcast_prefix prefix_errors tree_all tree_any "
+    "tree_broadcast_common tree_broadcast_map tree_broadcast_map_with_path "
+    "tree_broadcast_prefix tree_combine tree_flatten_one_level tree_map_with_accessor_ "
+    "tree_map_with_path_ tree_max tree_min tree_partition tree_reduce tree_reduce_associative "
+    "tree_replace_nones tree_sum tree_transpose tree_transpose_map tree_transpose_map_with_path",
+)
+_lazy("registry", "register_dataclass register_pytree_node_class")
+_lazy("serialization", "treespec_from_json treespec_to_json")
+_lazy(
+    "treespec",
+    "treespec_accessors treespec_child treespec_children treespec_defaultdict treespec_deque "
+    "treespec_dict treespec_entries treespec_entry treespec_from_collection treespec_is_leaf "
+    "treespec_is_one_level treespec_is_prefix treespec_is_strict_leaf treespec_is_suffix "
+    "treespec_leaf treespec_list treespec_namedtuple treespec_none treespec_one_level "
+    "treespec_ordereddict treespec_paths treespec_structseq treespec_transform treespec_tuple",
 )
 
 __version__ = "0.1.0"
@@ -250,21 +313,54 @@ __all__ = [
     "tree_unflatten",
 ]
 
-# Feature modules, each adding its public names to __all__ (one section each).
+if not TYPE_CHECKING:  # hidden from type checkers, which would accept any attribute through it
+
+    def __getattr__(name: str) -> object:
+        """Imports a lazily loaded name's submodule on first use (PEP 562)."""
+        module = _LAZY.get(name)
+        if module is None:
+            if name not in _SUBMODULES:
+                raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+            module = name
+        from importlib import import_module
+
+        value = import_module(f"{__name__}.{module}")  # also sets oxtree.<module>
+        if module != name:
+            value = getattr(value, name)
+            globals()[name] = value
+        return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, the not yet loaded ones included."""
+    return sorted({*globals(), *_LAZY, *_SUBMODULES})
+
+
+# Feature modules, each adding its public names to __all__ (one section each), loaded on first
+# use: `_lazy(module, names)` for the run time, and the same names imported for type checkers.
 # -- graphs --
-from oxtree import graph as _graph  # noqa: E402
-from oxtree.graph import *  # noqa: E402, F403
+if TYPE_CHECKING:
+    from oxtree import graph as _graph
+    from oxtree.graph import *  # noqa: F403
 
-__all__ += _graph.__all__
+    __all__ += _graph.__all__
+else:
+    __all__ += _lazy(
+        "graph",
+        "GraphDef GraphPath GraphRef graph_flatten graph_from_dict graph_to_dict graph_unflatten",
+    )
 # -- pretty --
-from oxtree.pretty import pformat, pprint, summary, tree_diff, view  # noqa: E402
+if TYPE_CHECKING:
+    from oxtree.pretty import pformat, pprint, summary, tree_diff, view
 
-__all__ += ["pformat", "pprint", "summary", "tree_diff", "view"]
+    __all__ += ["pformat", "pprint", "summary", "tree_diff", "view"]
+else:
+    __all__ += _lazy("pretty", "pformat pprint summary tree_diff view")
 # -- modules --
-from oxtree import module as _module  # noqa: E402
-from oxtree.module import *  # noqa: E402, F403
+if TYPE_CHECKING:
+    from oxtree import module as _module
+    from oxtree.module import *  # noqa: F403
 
-__all__ += _module.__all__
-
-# Last: it re-exports the names above under short names.
-from oxtree import pytree  # noqa: E402
+    __all__ += _module.__all__
+else:
+    __all__ += _lazy("module", "Kind Module Parameter State")

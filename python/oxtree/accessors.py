@@ -15,13 +15,16 @@ PyTreeAccessor(*['a'][1][1], (MappingEntry(key='a', type=<class 'dict'>), Sequen
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from oxtree import _core
 from oxtree._core import PyTreeKind, PyTreeSpec
 from oxtree.types import is_namedtuple_class, is_structseq_class
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import Any
 
 __all__ = [
     "AutoEntry",
@@ -338,6 +341,8 @@ def _entry_class(entry: Any, typ: type, kind: PyTreeKind) -> type[PyTreeEntry]:
         return StructSequenceEntry
     # A registered type: judged by what it is, as optree's AutoEntry does.
     if isinstance(typ, type):
+        import dataclasses  # here: importing it costs more than the rest of `import oxtree`
+
         if is_structseq_class(typ):
             return StructSequenceEntry
         if is_namedtuple_class(typ):

@@ -28,10 +28,15 @@ from dataclasses import (
     is_dataclass,
     replace,
 )
-from typing import Any, TypeVar
 
 from oxtree._core import GLOBAL_NAMESPACE
 from oxtree.registry import register_dataclass
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    _T = TypeVar("_T", bound=type)
 
 __all__ = [
     "KW_ONLY",
@@ -48,8 +53,6 @@ __all__ = [
     "make_dataclass",
     "replace",
 ]
-
-_T = TypeVar("_T", bound=type)
 
 
 def field(*, pytree_node: bool = True, **field_options: Any) -> Any:

@@ -7,9 +7,12 @@ so a ``Partial`` can be passed through ``tree_map`` and JAX transformations.
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 from oxtree._core import register_pytree_node
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["Partial", "partial"]
 

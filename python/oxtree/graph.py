@@ -31,9 +31,6 @@ the same under any ``PYTHONHASHSEED``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
-
 from oxtree._core import (
     GetAttrKey,
     GraphDef,
@@ -45,6 +42,11 @@ from oxtree._core import (
     keystr,
     registered_types,
 )
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
 
 __all__ = [
     "GraphDef",

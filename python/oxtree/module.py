@@ -28,7 +28,6 @@ False
 from __future__ import annotations
 
 import enum
-import inspect
 import operator
 import re
 import sys
@@ -270,6 +269,8 @@ def _declared(cls: type) -> tuple[_Layout, dict[str, Any]]:
     cached = cls.__dict__.get(_DECLARED)
     if cached is not None:
         return cached  # type: ignore[no-any-return]
+    import inspect  # here: importing it costs more than the rest of `import oxtree`
+
     items: dict[str, Kind] = {}
     for klass in reversed(cls.__mro__):
         if not (isinstance(klass, type) and issubclass(klass, Module)):

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from typing import IO, Any, NamedTuple
 
 from oxtree._core import MAX_RECURSION_DEPTH, PyTreeKind, PyTreeSpec
-from oxtree._pretty_html import render_html
 from oxtree._pretty_model import (
     CYCLE,
     LEAF,
@@ -715,6 +714,8 @@ class TreeView:
         return ""
 
     def _repr_html_(self) -> str:
+        from oxtree._pretty_html import render_html  # and html: only when HTML is asked for
+
         return render_html(self._model(), open_depth=self._open_depth, caption=self._caption())
 
     def __repr__(self) -> str:

@@ -7,10 +7,6 @@ that namespace (``namespace=...``); the empty namespace is the global one, seen 
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable
-from typing import Any, TypeVar
-
 from oxtree._core import (
     GLOBAL_NAMESPACE,
     _register_dataclass_fields,
@@ -19,6 +15,14 @@ from oxtree._core import (
     registered_types,
     unregister_pytree_node,
 )
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    import dataclasses
+    from collections.abc import Iterable
+    from typing import Any, TypeVar
+
+    _C = TypeVar("_C", bound=type)
 
 __all__ = [
     "GLOBAL_NAMESPACE",
@@ -29,8 +33,6 @@ __all__ = [
     "registered_types",
     "unregister_pytree_node",
 ]
-
-_C = TypeVar("_C", bound=type)
 
 
 def register_pytree_node_class(
@@ -106,6 +108,8 @@ def register_dataclass(
     >>> oxtree.tree_leaves(Point(1.0, 2.0))
     [1.0, 2.0]
     """
+    import dataclasses  # here: importing it costs more than the rest of `import oxtree`
+
     if not isinstance(cls, type):
         raise TypeError(f"register_dataclass expects a class, got {cls!r}")
     data = _field_names(data_fields, "data_fields")

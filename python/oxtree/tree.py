@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from oxtree.tree_util import (
@@ -56,6 +55,8 @@ def static(**kwargs: Any) -> Any:
     >>> flatten(Op(1.0))
     ([1.0], PyTreeDef(CustomNode(Op[('add',)], [*])))
     """
+    import dataclasses  # here: importing it costs more than the rest of `import oxtree`
+
     metadata = {"static": True, **(kwargs.pop("metadata", None) or {})}
     return dataclasses.field(metadata=metadata, **kwargs)
 

@@ -11,12 +11,16 @@ PyTreeSpec((*, {'a': None, 'b': *}))
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 from oxtree import _core
 from oxtree._core import PyTreeSpec
 from oxtree.types import is_namedtuple_instance, is_structseq_instance
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import Any
 
 __all__ = [
     "treespec_accessors",
