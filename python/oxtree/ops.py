@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict, defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from oxtree import _core
@@ -112,6 +112,21 @@ _KEY_TYPES = (SequenceKey, DictKey, GetAttrKey, FlattenedIndexKey)
 def _path_str(path: tuple[Any, ...]) -> str:
     """``path`` in keystr form; a custom node's raw entries show as flat indices."""
     return keystr(key if isinstance(key, _KEY_TYPES) else FlattenedIndexKey(key) for key in path)
+
+
+# A key path under construction: None at the root, else ``(parent's trail, keys)``. A child's
+# trail shares its parent's, so walking a tree 100,000 deep costs linear time and memory (a
+# tuple per level, copied from the parent's, would be quadratic); `_trail_str` renders one.
+_Trail = tuple[Any, tuple[Any, ...]] | None
+
+
+def _trail_str(trail: _Trail) -> str:
+    """``trail`` in keystr form, as :func:`_path_str` renders paths."""
+    parts: list[tuple[Any, ...]] = []
+    while trail is not None:
+        trail, keys = trail
+        parts.append(keys)
+    return _path_str(tuple(key for keys in reversed(parts) for key in keys))
 
 
 def _type_name(cls: type | None) -> str:
@@ -297,7 +312,7 @@ def _python_common_suffix(first: PyTreeSpec, second: PyTreeSpec) -> PyTreeSpec:
     """optree's lenient common suffix (dict kinds interchangeable, deque maxlen ignored), built
     one level at a time; the node types where both have a node are ``first``'s."""
 
-    def expand(item: tuple[PyTreeSpec, PyTreeSpec, tuple[Any, ...]]) -> tuple[bool, Any, Any]:
+    def expand(item: tuple[PyTreeSpec, PyTreeSpec, _Trail]) -> tuple[bool, Any, Any]:
         a, b, path = item
         if a.is_leaf():
             return True, b.unflatten([_HOLE] * b.num_leaves), None
@@ -306,16 +321,16 @@ def _python_common_suffix(first: PyTreeSpec, second: PyTreeSpec) -> PyTreeSpec:
         reason = _node_mismatch(a, b)
         if reason is not None:
             raise ValueError(
-                f"tree structure mismatch at tree{_path_str(path)}: {reason}: "
+                f"tree structure mismatch at tree{_trail_str(path)}: {reason}: "
                 f"expected {_describe(a)}, got {_describe(b)}"
             )
         node = a.one_level()
         assert node is not None
-        keys = [path + key for key in node.key_paths()]
+        keys = [(path, key) for key in node.key_paths()]
         items = list(zip(a.children(), _matched_children(a, b), keys, strict=True))
         return False, node.unflatten, items
 
-    skeleton = _zip_walk((first, second, ()), expand)
+    skeleton = _zip_walk((first, second, None), expand)
     return tree_structure(
         skeleton,
         none_is_leaf=first.none_is_leaf,
@@ -467,8 +482,8 @@ def _shorten(obj: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _prefix_error(path: tuple[Any, ...], reason: str, expected: str, got: str, subtree: str) -> Any:
-    location = _path_str(path)
+def _prefix_error(path: _Trail, reason: str, expected: str, got: str, subtree: str) -> Any:
+    location = _trail_str(path)
 
     def make(name: str) -> ValueError:
         where = f"{name}{location}" if location else f"{name} (the tree root)"
@@ -509,31 +524,37 @@ def prefix_errors(
         pass
     else:
         return []
+    # One pass over the prefix's nodes in pre-order (`_outline`, linear even 100,000 deep),
+    # matching each against the full tree's subtree at the same place; below a mismatch,
+    # nothing more is compared.
     errors: list[Callable[[str], ValueError]] = []
-    stack: list[tuple[PyTreeSpec, Any, tuple[Any, ...]]] = [(spec, full_tree, ())]
-    while stack:
-        node_spec, subtree, path = stack.pop()
-        node = node_spec.one_level()
+    outline = spec._outline()
+    children: dict[int, Iterator[Any]] = {}  # a matched node -> the full tree's children there
+    trails: list[_Trail] = [None] * len(outline)
+    for index, (parent, key, node) in enumerate(outline):
+        if parent < 0:
+            subtree, trail = full_tree, None
+        else:
+            siblings = children.get(parent)
+            if siblings is None:  # under a mismatch
+                continue
+            subtree = next(siblings)
+            trail = (trails[parent], (key,))
         if node is None:
             continue
         try:
-            children = node.flatten_up_to(subtree)
+            found = node.flatten_up_to(subtree)
         except ValueError:
             got = _one_level_spec(subtree, none_is_leaf, namespace)
-            reason = _node_mismatch(node_spec, got) or "different structures"
+            reason = _node_mismatch(node, got) or "different structures"
             errors.append(
                 _prefix_error(
-                    path, reason, _describe(node_spec), _describe(got, subtree), _shorten(subtree)
+                    trail, reason, _describe(node), _describe(got, subtree), _shorten(subtree)
                 )
             )
             continue
-        keys = node.key_paths()
-        stack.extend(
-            (child_spec, child, path + key)
-            for child_spec, child, key in reversed(
-                list(zip(node_spec.children(), children, keys, strict=True))
-            )
-        )
+        children[index] = iter(found)
+        trails[index] = trail
     return errors
 
 
@@ -887,7 +908,7 @@ def tree_combine(
     if not trees:
         raise TypeError("tree_combine() needs at least one tree")
 
-    def expand(item: tuple[list[Any], tuple[Any, ...]]) -> tuple[bool, Any, Any]:
+    def expand(item: tuple[list[Any], _Trail]) -> tuple[bool, Any, Any]:
         values, path = item
         present = [value for value in values if value is not fillvalue]
         if not present:
@@ -901,7 +922,7 @@ def tree_combine(
             node = _one_level_spec(first, none_is_leaf, namespace).one_level()
         if node is None:
             raise ValueError(
-                f"tree_combine: {len(present)} trees hold a value at tree{_path_str(path)} "
+                f"tree_combine: {len(present)} trees hold a value at tree{_trail_str(path)} "
                 f"(expected at most one that is not the fillvalue {fillvalue!r}): "
                 f"{_shorten(present)}"
             )
@@ -911,13 +932,13 @@ def tree_combine(
                 rows.append(node.flatten_up_to(value))
             except ValueError as error:
                 raise ValueError(
-                    f"tree_combine: the trees differ at tree{_path_str(path)}: {error}"
+                    f"tree_combine: the trees differ at tree{_trail_str(path)}: {error}"
                 ) from None
         keys = node.key_paths()
-        items = [([row[i] for row in rows], path + keys[i]) for i in range(len(keys))]
+        items = [([row[i] for row in rows], (path, keys[i])) for i in range(len(keys))]
         return False, node.unflatten, items
 
-    return _zip_walk((list(trees), ()), expand)
+    return _zip_walk((list(trees), None), expand)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -311,72 +311,75 @@ pub fn transform(
                 .into()
             })
     };
-    let mut stack: Vec<Py<PyTreeSpec>> = Vec::new();
+    // One post-order pass writing the result's nodes straight into `out`: a finished subtree's
+    // nodes are contiguous there, so a node only needs its children's leaf and node counts
+    // (`pending`), never a copy of their nodes (copying made deep chains quadratic).
+    let mut out: Vec<Node> = Vec::with_capacity(spec.nodes.len());
+    let mut pending: Vec<(usize, usize)> = Vec::new();
+    let mut namespace = String::new();
+    let mut face = spec.face;
+    let check_none_is_leaf = |s: &PyTreeSpec, what: &str| -> PyResult<()> {
+        if s.none_is_leaf == spec.none_is_leaf {
+            return Ok(());
+        }
+        Err(TreeError::Value(format!(
+            "transform: {what} returned a treespec with none_is_leaf={}, expected {}",
+            s.none_is_leaf, spec.none_is_leaf
+        ))
+        .into())
+    };
     for (idx, node) in spec.nodes.iter().enumerate() {
         if node.kind == Kind::Leaf {
             let leaf = spec.derive(vec![Node::LEAF]);
-            let out = match f_leaf {
+            let got = match f_leaf {
                 Some(f) => call(f, leaf, "f_leaf")?,
                 None => Py::new(py, leaf)?,
             };
-            if out.bind(py).get().none_is_leaf != spec.none_is_leaf {
-                return Err(TreeError::Value(format!(
-                    "transform: f_leaf returned a treespec with none_is_leaf={}, expected {}",
-                    out.bind(py).get().none_is_leaf,
-                    spec.none_is_leaf
-                ))
-                .into());
-            }
-            stack.push(out);
+            let got = got.bind(py).get();
+            check_none_is_leaf(got, "f_leaf")?;
+            namespace = pick_namespace(&namespace, &got.namespace)?;
+            face = got.face;
+            out.extend(got.nodes.iter().map(|n| n.clone_ref(py)));
+            pending.push((got.num_leaves(), got.nodes.len()));
             continue;
         }
-        let children: Vec<Py<PyTreeSpec>> = stack.split_off(stack.len() - node.arity);
-        let one = one_level(py, &spec.subtree(py, idx)).expect("not a leaf");
+        let one = one_level_at(py, spec, idx).expect("not a leaf");
         let shape = match f_node {
             Some(f) => call(f, one, "f_node")?,
             None => Py::new(py, one)?,
         };
-        {
-            let s = shape.bind(py).get();
-            if s.none_is_leaf != spec.none_is_leaf {
-                return Err(TreeError::Value(format!(
-                    "transform: f_node returned a treespec with none_is_leaf={}, expected {}",
-                    s.none_is_leaf, spec.none_is_leaf
-                ))
-                .into());
-            }
-            let one_level = s.nodes.len() == s.root().arity + 1
-                && s.nodes[..s.nodes.len() - 1]
-                    .iter()
-                    .all(|n| n.kind == Kind::Leaf);
-            if !one_level || s.root().arity != node.arity {
-                return Err(TreeError::Value(format!(
-                    "transform: f_node must return a one-level treespec with {} children, got {}",
-                    node.arity,
-                    super::repr::repr(s, py)?
-                ))
-                .into());
-            }
+        let s = shape.bind(py).get();
+        check_none_is_leaf(s, "f_node")?;
+        let one_level = s.nodes.len() == s.root().arity + 1
+            && s.nodes[..s.nodes.len() - 1]
+                .iter()
+                .all(|n| n.kind == Kind::Leaf);
+        if !one_level || s.root().arity != node.arity {
+            return Err(TreeError::Value(format!(
+                "transform: f_node must return a one-level treespec with {} children, got {}",
+                node.arity,
+                super::repr::repr(s, py)?
+            ))
+            .into());
         }
-        let refs: Vec<PyRef<'_, PyTreeSpec>> =
-            children.iter().map(|c| c.bind(py).borrow()).collect();
-        let grafted = graft(py, shape.bind(py).get(), &refs)?;
-        stack.push(Py::new(py, grafted)?);
+        namespace = pick_namespace(&namespace, &s.namespace)?;
+        face = s.face;
+        let (mut leaves, mut count) = (0, 1);
+        for (l, c) in pending.drain(pending.len() - node.arity..) {
+            leaves += l;
+            count += c;
+        }
+        let mut top = s.root().clone_ref(py);
+        top.num_leaves = leaves;
+        top.num_nodes = count;
+        out.push(top);
+        pending.push((leaves, count));
     }
-    let root = stack.pop().expect("a treespec has a root");
-    let root = root.bind(py).get();
     // The namespace survives even when the custom nodes were transformed away (optree's rule).
-    let namespace = if root.namespace.is_empty() {
-        spec.namespace.clone()
-    } else {
-        root.namespace.clone()
-    };
-    Ok(PyTreeSpec::new(
-        root.nodes.iter().map(|n| n.clone_ref(py)).collect(),
-        root.none_is_leaf,
-        namespace,
-    )
-    .with_face(root.face))
+    if namespace.is_empty() {
+        namespace = spec.namespace.clone();
+    }
+    Ok(PyTreeSpec::new(out, spec.none_is_leaf, namespace).with_face(face))
 }
 
 /// A JAX-face treedef from JAX's node data (`(type, data)`, or None for a leaf) and children.
