@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.deps-installed
 
-.PHONY: all demo test lint build bench bench-jit bench-graph docs-check fmt clean
+.PHONY: all demo test lint build bench bench-jit bench-graph bench-import fuzz docs-check fmt clean
 
 all: build
 
@@ -28,13 +28,13 @@ demo: build
 lint: $(STAMP)
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
-	$(VENV)/bin/ruff check python tests benchmarks examples tools
-	$(VENV)/bin/ruff format --check python tests benchmarks examples tools
+	$(VENV)/bin/ruff check python tests benchmarks examples tools fuzz
+	$(VENV)/bin/ruff format --check python tests benchmarks examples tools fuzz
 
 fmt: $(STAMP)
 	cargo fmt --all
-	$(VENV)/bin/ruff format python tests benchmarks examples tools
-	$(VENV)/bin/ruff check --fix python tests benchmarks examples tools
+	$(VENV)/bin/ruff format python tests benchmarks examples tools fuzz
+	$(VENV)/bin/ruff check --fix python tests benchmarks examples tools fuzz
 
 test: lint build
 	cargo test --quiet
@@ -55,6 +55,17 @@ bench-jit: build $(BENCH_STAMP)
 
 bench-graph: build $(BENCH_STAMP)
 	$(PY) benchmarks/bench_graph.py
+
+# Wall time that `import oxtree` (and the first use of its heavier parts) adds to a fresh
+# interpreter, against optree's import.
+bench-import: build
+	$(PY) benchmarks/bench_import.py
+
+# The long reliability run (docs/reliability.md): a million fuzz cases, then a million calls
+# of each operation with RSS and refcounts recorded, the long thread run and the full-depth run.
+fuzz: build
+	$(PY) fuzz/fuzz.py --cases 1000000
+	$(PY) fuzz/soak.py --threads --deep
 
 # Renders HTML views in headless Chromium (Debian's `chromium`) and checks the screenshots;
 # separate from `make test`, which needs no browser.
