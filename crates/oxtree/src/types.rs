@@ -8,7 +8,7 @@ use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyTuple, PyType};
+use pyo3::types::{PyString, PyTuple, PyType};
 
 use crate::kind::Kind;
 
@@ -187,6 +187,68 @@ pub fn field_names(ty: &Bound<'_, PyAny>, kind: Kind) -> PyResult<Vec<Option<Str
         }
     }
     Ok(names)
+}
+
+/// Each struct sequence type seen (held, so its address is not reused) -> its field names.
+type StructSeqNames = PtrMap<(Py<PyAny>, std::sync::Arc<Vec<Option<Py<PyString>>>>)>;
+static STRUCTSEQ_NAMES: Mutex<Option<StructSeqNames>> = Mutex::new(None);
+const STRUCTSEQ_NAMES_MAX: usize = 256;
+
+/// The name of field `j` of a namedtuple or struct sequence type (`None` for an unnamed or
+/// missing one), without building the whole list: a namedtuple's `_fields` item as it is, a
+/// struct sequence's names from a per-type cache (finding them builds a probe instance).
+pub fn field_name_at<'py>(
+    ty: &Bound<'py, PyAny>,
+    kind: Kind,
+    j: usize,
+) -> PyResult<Option<Bound<'py, PyString>>> {
+    let py = ty.py();
+    if kind == Kind::NamedTuple {
+        let fields = ty.getattr(intern!(py, "_fields"))?;
+        if let Ok(fields) = fields.cast::<PyTuple>() {
+            if j >= fields.len() {
+                return Ok(None);
+            }
+            let name = fields.get_item(j)?;
+            if let Ok(name) = name.cast_into::<PyString>() {
+                return Ok(Some(name));
+            }
+        }
+        // Not a tuple of str: the general path raises the right error.
+        let names = field_names(ty, kind)?;
+        return Ok(names
+            .into_iter()
+            .nth(j)
+            .flatten()
+            .map(|n| PyString::new(py, &n)));
+    }
+    let addr = ty.as_ptr() as usize;
+    let cached = STRUCTSEQ_NAMES
+        .lock()
+        .expect("never poisoned")
+        .as_ref()
+        .and_then(|m| m.get(&addr).map(|(_, names)| names.clone()));
+    let names = match cached {
+        Some(names) => names,
+        None => {
+            let names: Vec<Option<Py<PyString>>> = field_names(ty, kind)?
+                .into_iter()
+                .map(|n| n.map(|n| PyString::intern(py, &n).unbind()))
+                .collect();
+            let names = std::sync::Arc::new(names);
+            let mut guard = STRUCTSEQ_NAMES.lock().expect("never poisoned");
+            let map = guard.get_or_insert_with(PtrMap::default);
+            if map.len() >= STRUCTSEQ_NAMES_MAX {
+                map.clear();
+            }
+            map.insert(addr, (ty.clone().unbind(), names.clone()));
+            names
+        }
+    };
+    Ok(names
+        .get(j)
+        .and_then(|n| n.as_ref())
+        .map(|n| n.bind(py).clone()))
 }
 
 /// `module.qualname` of a type, as used to order dict keys of different types.

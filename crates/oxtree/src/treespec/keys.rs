@@ -31,12 +31,7 @@ fn field_name<'py>(
 ) -> PyResult<Option<Bound<'py, PyString>>> {
     Ok(match node.kind {
         Kind::NamedTuple | Kind::StructSeq => {
-            let names = types::field_names(node.data.as_ref().expect("kept").bind(py), node.kind)?;
-            names
-                .into_iter()
-                .nth(j)
-                .flatten()
-                .map(|n| PyString::new(py, &n))
+            types::field_name_at(node.data.as_ref().expect("kept").bind(py), node.kind, j)?
         }
         Kind::Custom => node
             .custom()
