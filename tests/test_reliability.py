@@ -122,6 +122,26 @@ def test_graphdef_state_referring_to_the_roots_tuple_is_refused():
         oxtree.graph_unflatten(bad, [5])
 
 
+def test_graphdef_state_with_a_reference_before_its_target_is_refused():
+    # A reference stands for an object met earlier in walk order. A corrupted state whose
+    # reference (in the first root) targets a container that comes later (the second root)
+    # was accepted; the rebuilt graph then flattens to a different GraphDef, the container's
+    # first occurrence having moved to where the reference was. Found by the fuzzer (seed 12,
+    # case 71396).
+    rebuild, (skeleton, num_roots, refs) = oxtree.graph_flatten([0, 2], {"k": 1})[1].__reduce__()
+    assert (num_roots, refs) == (2, ())
+    # Post-order nodes: 0, 2, the list, 1, the dict, the tuple of roots.
+    dict_node = skeleton.num_nodes - 2
+    assert skeleton.children()[1].type is dict
+    with pytest.raises(ValueError, match="reference at leaf 0 comes before its target 4"):
+        rebuild(skeleton, 2, ((0, dict_node),))
+    # A reference after its target is the legitimate form, and rebuilds the sharing.
+    _, gd = oxtree.graph_flatten({"k": 1}, [0, 2])
+    rebuild, (skeleton, _, _) = gd.__reduce__()
+    shared = oxtree.graph_unflatten(rebuild(skeleton, 2, ((2, 1),)), [1, 0])
+    assert shared[1][1] is shared[0]
+
+
 @pytest.mark.parametrize(
     "node",
     [[{}, 0], [[], 0], [None, 0], ["leaf", {}]],

@@ -666,6 +666,20 @@ pub fn _rebuild_graphdef<'py>(
             )));
         }
         let n_leaves = spec.num_leaves() as u64;
+        // A reference stands for an object already met, so its target comes before it in
+        // walk (pre-)order: any other state would rebuild a graph that flattens differently.
+        let n = spec.nodes.len();
+        let mut preorder = vec![0usize; n];
+        let mut todo = vec![n - 1];
+        let mut rank = 0;
+        while let Some(idx) = todo.pop() {
+            preorder[idx] = rank;
+            rank += 1;
+            todo.extend(spec.child_indices(idx).into_iter().rev());
+        }
+        let leaf_nodes: Vec<usize> = (0..n)
+            .filter(|&i| spec.nodes[i].kind == Kind::Leaf)
+            .collect();
         let mut last: Option<u32> = None;
         for &(leaf, target) in &refs {
             if u64::from(leaf) >= n_leaves || last.is_some_and(|l| l >= leaf) {
@@ -685,6 +699,11 @@ pub fn _rebuild_graphdef<'py>(
             // the graph's: nothing may refer to it.
             if num_roots != 1 && target as usize == spec.nodes.len() - 1 {
                 return Err(bad("a reference targets the tuple of roots".into()));
+            }
+            if preorder[target as usize] > preorder[leaf_nodes[leaf as usize]] {
+                return Err(bad(format!(
+                    "reference at leaf {leaf} comes before its target {target}"
+                )));
             }
         }
     }
