@@ -244,9 +244,11 @@ class Chaos:
             return
         target = rng.choice(self.containers) if self.containers else None
         # CPython 3.11 itself reads freed memory when a key's __eq__ mutates an OrderedDict
-        # that is being iterated (odictiter_iternext; see docs/reliability.md), so __eq__
-        # leaves OrderedDicts alone.
-        if target is None or (in_eq and type(target) is OrderedDict):
+        # that is being iterated (odictiter_iternext), or clears a list while repr() is
+        # printing one of its items (list_repr and structseq_repr hold no reference to it;
+        # see docs/reliability.md, findings 7 and 10), so __eq__ mutates only plain dicts,
+        # whose iteration and repr CPython guards.
+        if target is None or (in_eq and type(target) not in (dict, defaultdict)):
             return
         mutate(rng, target)
 
