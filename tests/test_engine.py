@@ -863,3 +863,29 @@ def test_dict_order_round_trips_at_every_size(n: int) -> None:
             rebuilt = s.unflatten(leaves)
             assert list(rebuilt) == list(tree)
             assert rebuilt == tree
+
+
+def test_dicts_with_the_same_key_objects_keep_their_own_orders() -> None:
+    # Small str-keyed dicts whose keys are the very same objects share one sorted key list
+    # inside the engine; each treespec must still rebuild its own dict's insertion order,
+    # whichever order came first, and with keys outside ASCII (not compared as bytes).
+    keys = ["weight", "bias", "scale", "é", "日本", ""]
+    trees = [
+        {k: i for i, k in enumerate(keys)},
+        {k: i for i, k in enumerate(reversed(keys))},
+        {k: i for i, k in enumerate(keys)},
+        {k: i for i, k in enumerate(sorted(keys))},
+    ]
+    specs = []
+    for tree in trees:
+        leaves, spec = oxtree.tree_flatten(tree)
+        assert leaves == [tree[k] for k in sorted(keys)]
+        assert list(spec.unflatten(leaves)) == list(tree)
+        specs.append(spec)
+    assert specs[0] == specs[1] == specs[2] == specs[3]
+    # Node data is a copy: changing it changes no treespec, even one sharing the key list.
+    data = specs[0].node_data()
+    data.append("intruder")
+    data.reverse()
+    assert specs[2].node_data() == sorted(keys)
+    assert list(specs[2].unflatten(range(len(keys)))) == keys

@@ -5,7 +5,7 @@
 //! `is_leaf` predicate exists, whether None is a leaf, and which outputs are wanted (leaves,
 //! nodes or both), so `tree_leaves` builds no nodes and `tree_structure` keeps no leaves.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -961,6 +961,33 @@ fn dict_items<'py>(
     (keys, ptrs, values)
 }
 
+/// How many sorted key lists each thread remembers, direct-mapped by their keys' addresses.
+const KEY_LIST_SLOTS: usize = 64;
+
+/// A sorted key list built for a small str-keyed dict, with the keys in the insertion order it
+/// was built from and the sort's permutation. A dict with the very same key objects in the
+/// same order (the hundred `{'weight': ..., 'bias': ...}` dicts of a model) shares the list
+/// and the permutation: no sort, no allocation. The list owns the keys, so no other object
+/// can take their addresses while the entry lives. The lists are private to treespecs, which
+/// never hand them out (node data and pickles copy them), so sharing one is unobservable.
+struct CachedKeys {
+    n: usize,
+    keys: [*mut ffi::PyObject; SMALL_MAPPING],
+    order: [u8; SMALL_MAPPING],
+    list: Py<PyList>,
+}
+
+thread_local! {
+    static KEY_LISTS: RefCell<Vec<Option<CachedKeys>>> = const { RefCell::new(Vec::new()) };
+}
+
+fn key_list_slot(keys: &[*mut ffi::PyObject]) -> usize {
+    let h = keys.iter().fold(0u64, |h, &k| {
+        (h ^ ((k as usize as u64) >> 4)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    });
+    (h >> (64 - KEY_LIST_SLOTS.trailing_zeros())) as usize
+}
+
 /// A dict's keys in leaf order, its insertion positions (if they differ) and its values in
 /// leaf order.
 type SortedItems<'py> = (
@@ -1004,37 +1031,83 @@ fn small_str_items<'py>(dict: &Bound<'py, PyDict>) -> Option<SortedItems<'py>> {
     if len != n {
         return None;
     }
-    let mut order = [0u8; SMALL_MAPPING];
-    for (i, o) in order.iter_mut().enumerate() {
-        *o = i as u8;
-    }
-    let order = &mut order[..n];
-    let greater = |a: u8, b: u8| {
-        // SAFETY: both are live exact str objects; comparing them cannot fail or run code.
-        unsafe { str_greater(keys[a as usize], keys[b as usize]) }
-    };
-    for i in 1..n {
-        let mut j = i;
-        while j > 0 && greater(order[j - 1], order[j]) {
-            order.swap(j - 1, j);
-            j -= 1;
+    // Owned references from here on: allocating the key list below may start a collection,
+    // whose finalizers run Python code that could change the dict and free what it held.
+    let key_refs: Small<Bound<'py, PyAny>> = keys[..n]
+        .iter()
+        // SAFETY: the pointers are still valid: nothing has run since PyDict_Next.
+        .map(|&k| unsafe { Bound::from_borrowed_ptr(py, k) })
+        .collect();
+    let value_refs: Small<Bound<'py, PyAny>> = values[..n]
+        .iter()
+        // SAFETY: as for the keys just above.
+        .map(|&v| unsafe { Bound::from_borrowed_ptr(py, v) })
+        .collect();
+    let slot = key_list_slot(&keys[..n]);
+    let cached = KEY_LISTS.with(|cache| {
+        cache
+            .borrow()
+            .get(slot)
+            .and_then(Option::as_ref)
+            .filter(|e| e.n == n && e.keys[..n] == keys[..n])
+            .map(|e| (e.list.clone_ref(py).into_bound(py), e.order))
+    });
+    let (list, order) = match cached {
+        Some(hit) => hit,
+        None => {
+            let mut order = [0u8; SMALL_MAPPING];
+            for (i, o) in order.iter_mut().enumerate() {
+                *o = i as u8;
+            }
+            let sorted = &mut order[..n];
+            let greater = |a: u8, b: u8| {
+                // SAFETY: both are live exact str objects (held by `key_refs`); comparing them
+                // cannot fail or run code.
+                unsafe { str_greater(key_refs[a as usize].as_ptr(), key_refs[b as usize].as_ptr()) }
+            };
+            for i in 1..n {
+                let mut j = i;
+                while j > 0 && greater(sorted[j - 1], sorted[j]) {
+                    sorted.swap(j - 1, j);
+                    j -= 1;
+                }
+            }
+            // SAFETY: PyList_New gives `n` NULL slots, each filled once with a new reference
+            // to a key `key_refs` holds.
+            let list = unsafe {
+                let list = Bound::from_owned_ptr(py, ffi::PyList_New(n as ffi::Py_ssize_t));
+                for (j, &i) in sorted.iter().enumerate() {
+                    let key = key_refs[i as usize].clone().into_ptr();
+                    ffi::PyList_SET_ITEM(list.as_ptr(), j as ffi::Py_ssize_t, key);
+                }
+                // A list of str cannot be part of a reference cycle (see `untrack_if_atomic`).
+                ffi::PyObject_GC_UnTrack(list.as_ptr().cast());
+                list.cast_into_unchecked::<PyList>()
+            };
+            if n > 0 {
+                let entry = CachedKeys {
+                    n,
+                    keys,
+                    order,
+                    list: list.clone().unbind(),
+                };
+                // Dropping an evicted entry only releases a list of str: no Python code runs.
+                KEY_LISTS.with(|cache| {
+                    let mut cache = cache.borrow_mut();
+                    if cache.is_empty() {
+                        cache.resize_with(KEY_LIST_SLOTS, || None);
+                    }
+                    cache[slot] = Some(entry);
+                });
+            }
+            (list, order)
         }
-    }
-    // SAFETY: PyList_New gives `n` NULL slots, each filled once with a new reference; the
-    // borrowed pointers are still valid (nothing has run since PyDict_Next).
-    let (list, owned) = unsafe {
-        let list = Bound::from_owned_ptr(py, ffi::PyList_New(n as ffi::Py_ssize_t));
-        let mut owned = Vec::with_capacity(n);
-        for (j, &i) in order.iter().enumerate() {
-            let key = keys[i as usize];
-            ffi::Py_INCREF(key);
-            ffi::PyList_SET_ITEM(list.as_ptr(), j as ffi::Py_ssize_t, key);
-            owned.push(Bound::from_borrowed_ptr(py, values[i as usize]));
-        }
-        // A list of str cannot be part of a reference cycle (see `untrack_if_atomic`).
-        ffi::PyObject_GC_UnTrack(list.as_ptr().cast());
-        (list.cast_into_unchecked::<PyList>(), owned)
     };
+    let order = &order[..n];
+    let owned: Vec<Bound<'py, PyAny>> = order
+        .iter()
+        .map(|&i| value_refs[i as usize].clone())
+        .collect();
     let insertion = if order.iter().enumerate().all(|(j, &i)| j == i as usize) {
         None
     } else {
