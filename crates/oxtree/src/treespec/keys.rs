@@ -175,6 +175,10 @@ pub fn child_key<'py>(
             Ok(PyTuple::new(py, [raw_key(py, node, j)?, ty, kind])?.into_any())
         }
         KeyStyle::Keys => {
+            // Most children are in tuples and lists, whose keys need no payload lookup.
+            if matches!(node.kind, Kind::Tuple | Kind::List | Kind::Deque) {
+                return sequence_key(py, j);
+            }
             if let Some(keys) = node.keys() {
                 let key = keys.bind(py).get_item(j)?;
                 return shared_key(py, &DICT_KEYS, key, |k| {
