@@ -64,18 +64,55 @@ pub fn collections(py: Python<'_>) -> &'static Collections {
 /// How many tuple subclasses the classification cache holds before it starts over.
 const TUPLE_CACHE_LIMIT: usize = 1024;
 
-/// Tuple subclasses already classified: type address -> (the type's version tag, kind).
+/// Facts about types, keyed by type address and checked against the type's version tag.
 ///
-/// No reference to the type is kept, so caching never keeps a class alive. A cached entry
-/// counts only while the type at that address still carries the same valid version tag:
-/// CPython gives every type a fresh tag from a global counter and drops it when the type is
-/// modified, so a class freed and replaced by another at the same address, or a class whose
-/// attributes changed, misses the cache and is classified again.
-static TUPLE_KINDS: Mutex<Option<PtrMap<(u32, Kind)>>> = Mutex::new(None);
+/// No reference to the type is kept, so caching never keeps a class alive. An entry counts
+/// only while the type at that address still carries the same valid version tag: CPython
+/// gives every type a fresh tag from a global counter and drops it when the type is modified,
+/// so a class freed and replaced by another at the same address, or a class whose attributes
+/// changed, misses the cache and is looked at again. A type without a tag is never cached.
+struct TypeCache<V> {
+    map: Mutex<Option<PtrMap<(u32, V)>>>,
+    limit: usize,
+}
 
-fn version_tag(ty: &Bound<'_, PyType>) -> Option<u32> {
+impl<V: Clone> TypeCache<V> {
+    const fn new(limit: usize) -> Self {
+        TypeCache {
+            map: Mutex::new(None),
+            limit,
+        }
+    }
+
+    fn get(&self, ty: &Bound<'_, PyAny>) -> Option<V> {
+        let tag = version_tag(ty)?;
+        let guard = self.map.lock().ok()?;
+        let (cached, value) = guard.as_ref()?.get(&(ty.as_ptr() as usize))?;
+        (*cached == tag).then(|| value.clone())
+    }
+
+    /// Records `value` for `ty`. Call it after the lookups that computed `value`: they give
+    /// the type a version tag if it can have one.
+    fn insert(&self, ty: &Bound<'_, PyAny>, value: V) {
+        if let (Some(tag), Ok(mut guard)) = (version_tag(ty), self.map.lock()) {
+            let map = guard.get_or_insert_with(PtrMap::default);
+            if map.len() >= self.limit {
+                map.clear();
+            }
+            map.insert(ty.as_ptr() as usize, (tag, value));
+        }
+    }
+}
+
+/// Tuple subclasses already classified.
+static TUPLE_KINDS: TypeCache<Kind> = TypeCache::new(TUPLE_CACHE_LIMIT);
+
+fn version_tag(ty: &Bound<'_, PyAny>) -> Option<u32> {
+    if !ty.is_instance_of::<PyType>() {
+        return None;
+    }
     let raw: *mut ffi::PyTypeObject = ty.as_ptr().cast();
-    // SAFETY: `ty` is a live type object; these two fields are plain data.
+    // SAFETY: a live type object; these two fields are plain data.
     let (flags, tag) = unsafe { ((*raw).tp_flags, (*raw).tp_version_tag) };
     (flags & ffi::Py_TPFLAGS_VALID_VERSION_TAG != 0 && tag != 0).then_some(tag)
 }
@@ -83,13 +120,8 @@ fn version_tag(ty: &Bound<'_, PyType>) -> Option<u32> {
 /// Classifies a strict subclass of tuple: a namedtuple, a struct sequence, or a leaf.
 #[cold]
 pub fn tuple_subclass_kind(ty: &Bound<'_, PyType>) -> Kind {
-    let key = ty.as_ptr() as usize;
-    if let (Some(tag), Ok(guard)) = (version_tag(ty), TUPLE_KINDS.lock()) {
-        if let Some(&(cached, kind)) = guard.as_ref().and_then(|m| m.get(&key)) {
-            if cached == tag {
-                return kind;
-            }
-        }
+    if let Some(kind) = TUPLE_KINDS.get(ty.as_any()) {
+        return kind;
     }
     let kind = if is_structseq_class(ty) {
         Kind::StructSeq
@@ -98,14 +130,7 @@ pub fn tuple_subclass_kind(ty: &Bound<'_, PyType>) -> Kind {
     } else {
         Kind::Leaf
     };
-    // The attribute lookups above have given the type a version tag if it can have one.
-    if let (Some(tag), Ok(mut guard)) = (version_tag(ty), TUPLE_KINDS.lock()) {
-        let map = guard.get_or_insert_with(PtrMap::default);
-        if map.len() >= TUPLE_CACHE_LIMIT {
-            map.clear();
-        }
-        map.insert(key, (tag, kind));
-    }
+    TUPLE_KINDS.insert(ty.as_any(), kind);
     kind
 }
 
@@ -189,10 +214,9 @@ pub fn field_names(ty: &Bound<'_, PyAny>, kind: Kind) -> PyResult<Vec<Option<Str
     Ok(names)
 }
 
-/// Each struct sequence type seen (held, so its address is not reused) -> its field names.
-type StructSeqNames = PtrMap<(Py<PyAny>, std::sync::Arc<Vec<Option<Py<PyString>>>>)>;
-static STRUCTSEQ_NAMES: Mutex<Option<StructSeqNames>> = Mutex::new(None);
-const STRUCTSEQ_NAMES_MAX: usize = 256;
+/// Struct sequence types' field names (interned), as `field_names` finds them.
+type FieldNames = std::sync::Arc<Vec<Option<Py<PyString>>>>;
+static STRUCTSEQ_NAMES: TypeCache<FieldNames> = TypeCache::new(256);
 
 /// The name of field `j` of a namedtuple or struct sequence type (`None` for an unnamed or
 /// missing one), without building the whole list: a namedtuple's `_fields` item as it is, a
@@ -222,26 +246,16 @@ pub fn field_name_at<'py>(
             .flatten()
             .map(|n| PyString::new(py, &n)));
     }
-    let addr = ty.as_ptr() as usize;
-    let cached = STRUCTSEQ_NAMES
-        .lock()
-        .expect("never poisoned")
-        .as_ref()
-        .and_then(|m| m.get(&addr).map(|(_, names)| names.clone()));
-    let names = match cached {
+    let names = match STRUCTSEQ_NAMES.get(ty) {
         Some(names) => names,
         None => {
-            let names: Vec<Option<Py<PyString>>> = field_names(ty, kind)?
-                .into_iter()
-                .map(|n| n.map(|n| PyString::intern(py, &n).unbind()))
-                .collect();
-            let names = std::sync::Arc::new(names);
-            let mut guard = STRUCTSEQ_NAMES.lock().expect("never poisoned");
-            let map = guard.get_or_insert_with(PtrMap::default);
-            if map.len() >= STRUCTSEQ_NAMES_MAX {
-                map.clear();
-            }
-            map.insert(addr, (ty.clone().unbind(), names.clone()));
+            let names: FieldNames = std::sync::Arc::new(
+                field_names(ty, kind)?
+                    .into_iter()
+                    .map(|n| n.map(|n| PyString::intern(py, &n).unbind()))
+                    .collect(),
+            );
+            STRUCTSEQ_NAMES.insert(ty, names.clone());
             names
         }
     };
