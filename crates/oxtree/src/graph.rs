@@ -95,12 +95,7 @@ fn is_mutable(kind: Kind) -> bool {
 /// An empty container of a mutable node's kind, with its options (factory, maxlen).
 fn empty<'py>(py: Python<'py>, node: &Node) -> PyResult<Bound<'py, PyAny>> {
     let c = types::collections(py);
-    let data = || {
-        node.data
-            .as_ref()
-            .expect("this node kind keeps its data")
-            .bind(py)
-    };
+    let data = || node.kept_data(py);
     Ok(match node.kind {
         Kind::List => PyList::empty(py).into_any(),
         Kind::Dict => PyDict::new(py).into_any(),
@@ -581,12 +576,7 @@ fn layout<'py>(gd: &GraphDef, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTupl
         target_of[leaf_pos[leaf]] = Some(target);
     }
     // Pre-order positions first, so references can name their target's record.
-    let mut order = Vec::with_capacity(n);
-    let mut todo = vec![n - 1];
-    while let Some(idx) = todo.pop() {
-        order.push(idx);
-        todo.extend(spec.child_indices(idx).into_iter().rev());
-    }
+    let order = spec.preorder();
     let mut record_of = vec![0usize; n];
     for (k, &idx) in order.iter().enumerate() {
         record_of[idx] = k;
@@ -670,12 +660,8 @@ pub fn _rebuild_graphdef<'py>(
         // walk (pre-)order: any other state would rebuild a graph that flattens differently.
         let n = spec.nodes.len();
         let mut preorder = vec![0usize; n];
-        let mut todo = vec![n - 1];
-        let mut rank = 0;
-        while let Some(idx) = todo.pop() {
+        for (rank, idx) in spec.preorder().into_iter().enumerate() {
             preorder[idx] = rank;
-            rank += 1;
-            todo.extend(spec.child_indices(idx).into_iter().rev());
         }
         let leaf_nodes: Vec<usize> = (0..n)
             .filter(|&i| spec.nodes[i].kind == Kind::Leaf)

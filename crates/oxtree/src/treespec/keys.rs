@@ -31,7 +31,7 @@ fn field_name<'py>(
 ) -> PyResult<Option<Bound<'py, PyString>>> {
     Ok(match node.kind {
         Kind::NamedTuple | Kind::StructSeq => {
-            types::field_name_at(node.data.as_ref().expect("kept").bind(py), node.kind, j)?
+            types::field_name_at(node.kept_data(py), node.kind, j)?
         }
         Kind::Custom => node
             .custom()

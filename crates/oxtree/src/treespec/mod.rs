@@ -208,6 +208,15 @@ impl Node {
         }
     }
 
+    /// The data of a node kind that always keeps some (namedtuple and struct sequence type,
+    /// defaultdict factory, deque maxlen, custom aux data); panics for other kinds.
+    pub fn kept_data<'a, 'py>(&'a self, py: Python<'py>) -> &'a Bound<'py, PyAny> {
+        self.data
+            .as_ref()
+            .expect("this node kind keeps its data")
+            .bind(py)
+    }
+
     /// The Python type of this node (None for a leaf).
     pub fn py_type<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyAny>> {
         Some(match self.kind {
@@ -363,6 +372,17 @@ impl PyTreeSpec {
         }
         out.reverse();
         out
+    }
+
+    /// Node indices in pre-order (a parent before its children, left to right).
+    pub fn preorder(&self) -> Vec<usize> {
+        let mut order = Vec::with_capacity(self.nodes.len());
+        let mut todo = vec![self.nodes.len() - 1];
+        while let Some(idx) = todo.pop() {
+            order.push(idx);
+            todo.extend(self.child_indices(idx).into_iter().rev());
+        }
+        order
     }
 
     /// A copy of the subtree whose root is node `idx`.

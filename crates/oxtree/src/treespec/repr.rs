@@ -83,7 +83,7 @@ pub fn body_labelled(
                 Kind::List => ("[".into(), "]".into(), None),
                 Kind::Dict => ("{".into(), "}".into(), Some((&keys, ": "))),
                 Kind::NamedTuple | Kind::StructSeq => {
-                    let t = node.data.as_ref().expect("kept").bind(py);
+                    let t = node.kept_data(py);
                     let name = if node.kind == Kind::NamedTuple {
                         t.getattr("__name__")?.to_string()
                     } else {
@@ -103,7 +103,7 @@ pub fn body_labelled(
                     }
                 }
                 Kind::DefaultDict => {
-                    let factory = repr_of(node.data.as_ref().expect("kept").bind(py))?;
+                    let factory = repr_of(node.kept_data(py))?;
                     (
                         format!("defaultdict({factory}, {{"),
                         "})".into(),
@@ -111,7 +111,7 @@ pub fn body_labelled(
                     )
                 }
                 Kind::Deque => {
-                    let maxlen = node.data.as_ref().expect("kept").bind(py);
+                    let maxlen = node.kept_data(py);
                     let close = if maxlen.is_none() {
                         "])".to_string()
                     } else {
@@ -130,7 +130,7 @@ pub fn body_labelled(
                 }
                 Kind::Custom => {
                     let reg = node.custom().as_ref().expect("kept");
-                    let aux = node.data.as_ref().expect("kept").bind(py);
+                    let aux = node.kept_data(py);
                     let name = reg.name(py);
                     match custom::child_names(reg) {
                         // Dataclasses: meta fields as `name=value` in the brackets, data fields
@@ -186,7 +186,7 @@ fn jax_custom_label(py: Python<'_>, node: &super::Node) -> PyResult<(String, Str
             None => Ok("()".into()),
         }
     };
-    let data = || node.data.as_ref().expect("kept").bind(py);
+    let data = || node.kept_data(py);
     Ok(match node.kind {
         Kind::NamedTuple => ("namedtuple".into(), data().getattr("__name__")?.to_string()),
         Kind::OrderedDict => ("OrderedDict".into(), keys_tuple()?),

@@ -132,7 +132,7 @@ pub fn build_with<'py>(
                     Some(f) => {
                         let data = if node.kind == Kind::NamedTuple {
                             // JAX hands a namedtuple's class to walk's f_node.
-                            node.data.as_ref().expect("kept").bind(py).clone()
+                            node.kept_data(py).clone()
                         } else {
                             let data = super::ops::jax_node_data(py, node)?;
                             if data.is_none() {
@@ -308,12 +308,7 @@ pub fn make_node<'py>(
     node: &Node,
     children: impl ExactSizeIterator<Item = Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let data = || {
-        node.data
-            .as_ref()
-            .expect("this node kind keeps its data")
-            .bind(py)
-    };
+    let data = || node.kept_data(py);
     Ok(match node.kind {
         Kind::Tuple => tuple_from(py, children).into_any(),
         Kind::List => list_from(py, children).into_any(),
