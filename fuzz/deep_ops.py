@@ -34,9 +34,6 @@ QUADRATIC_DEPTH = 2_000
 # Operations slow enough at full depth to run on a shallower chain (--slow-depth) inside the
 # test suite: rendering builds text for every level.
 SLOW = {"pretty"}
-# Operations that never run deeper than this (none since the tree algebra walks with shared
-# key-path trails; tree_combine used to take 6.3 GB at 40,000 deep).
-MEMORY_CAP: dict[str, int] = {}
 
 
 class Leaf:
@@ -760,7 +757,6 @@ def main() -> None:
         if name == "treespec_from_json_deep_text" and sys.getrecursionlimit() > 100_000:
             continue
         op_depth = slow_depth if slow_depth and name in SLOW else depth
-        op_depth = min(op_depth, MEMORY_CAP.get(name, op_depth))
         if op_depth not in tables:
             tables[op_depth] = ops(build(op_depth))
         _, check = tables[op_depth][name]
