@@ -616,7 +616,7 @@ impl<
             }
             let insertion = insertion_positions(&keys, &ins_keys);
             if let Some(positions) = &insertion {
-                permute(&mut values, positions);
+                permute(&mut values, |i| positions.get(i));
             }
             // JAX rebuilds dicts sorted: its treespecs keep no insertion order.
             let insertion = if self.face == Face::Jax {
@@ -637,7 +637,7 @@ impl<
             self.acyclic = false;
         }
         node.set_keys(Some(keys.unbind()));
-        node.set_insertion(insertion.as_deref());
+        node.set_insertion(insertion.as_ref().map(|p| (0..p.len()).map(|i| p.get(i))));
         Ok((Frame::new(obj, items, &node), node))
     }
 
@@ -992,9 +992,33 @@ fn key_list_slot(keys: &[*mut ffi::PyObject]) -> usize {
 /// leaf order.
 type SortedItems<'py> = (
     Bound<'py, PyList>,
-    Option<Small<usize>>,
+    Option<Positions>,
     Vec<Bound<'py, PyAny>>,
 );
+
+/// The leaf position of each key of a dict, in insertion order. Small str-keyed dicts keep
+/// them as bytes: a 16-byte array moves in registers, where a vector of words was copied
+/// through `memcpy` at each return (a fifth of a gpt2-like flatten under perf).
+pub enum Positions {
+    Bytes([u8; SMALL_MAPPING], u8),
+    Words(Box<[usize]>),
+}
+
+impl Positions {
+    pub fn len(&self) -> usize {
+        match self {
+            Positions::Bytes(_, n) => usize::from(*n),
+            Positions::Words(w) => w.len(),
+        }
+    }
+
+    pub fn get(&self, i: usize) -> usize {
+        match self {
+            Positions::Bytes(b, _) => usize::from(b[i]),
+            Positions::Words(w) => w[i],
+        }
+    }
+}
 
 /// A small dict whose keys are all exact `str`: keys sorted by an insertion sort of
 /// indices (Unicode code-point order, as `list.sort` gives for str), the key list built
@@ -1031,16 +1055,10 @@ fn small_str_items<'py>(dict: &Bound<'py, PyDict>) -> Option<SortedItems<'py>> {
     if len != n {
         return None;
     }
-    // Owned references from here on: allocating the key list below may start a collection,
-    // whose finalizers run Python code that could change the dict and free what it held.
-    let key_refs: Small<Bound<'py, PyAny>> = keys[..n]
+    // The values owned at once, in insertion order (a Rust allocation: no Python code runs).
+    let mut owned: Vec<Bound<'py, PyAny>> = values[..n]
         .iter()
         // SAFETY: the pointers are still valid: nothing has run since PyDict_Next.
-        .map(|&k| unsafe { Bound::from_borrowed_ptr(py, k) })
-        .collect();
-    let value_refs: Small<Bound<'py, PyAny>> = values[..n]
-        .iter()
-        // SAFETY: as for the keys just above.
         .map(|&v| unsafe { Bound::from_borrowed_ptr(py, v) })
         .collect();
     let slot = key_list_slot(&keys[..n]);
@@ -1054,70 +1072,82 @@ fn small_str_items<'py>(dict: &Bound<'py, PyDict>) -> Option<SortedItems<'py>> {
     });
     let (list, order) = match cached {
         Some(hit) => hit,
-        None => {
-            let mut order = [0u8; SMALL_MAPPING];
-            for (i, o) in order.iter_mut().enumerate() {
-                *o = i as u8;
-            }
-            let sorted = &mut order[..n];
-            let greater = |a: u8, b: u8| {
-                // SAFETY: both are live exact str objects (held by `key_refs`); comparing them
-                // cannot fail or run code.
-                unsafe { str_greater(key_refs[a as usize].as_ptr(), key_refs[b as usize].as_ptr()) }
-            };
-            for i in 1..n {
-                let mut j = i;
-                while j > 0 && greater(sorted[j - 1], sorted[j]) {
-                    sorted.swap(j - 1, j);
-                    j -= 1;
-                }
-            }
-            // SAFETY: PyList_New gives `n` NULL slots, each filled once with a new reference
-            // to a key `key_refs` holds.
-            let list = unsafe {
-                let list = Bound::from_owned_ptr(py, ffi::PyList_New(n as ffi::Py_ssize_t));
-                for (j, &i) in sorted.iter().enumerate() {
-                    let key = key_refs[i as usize].clone().into_ptr();
-                    ffi::PyList_SET_ITEM(list.as_ptr(), j as ffi::Py_ssize_t, key);
-                }
-                // A list of str cannot be part of a reference cycle (see `untrack_if_atomic`).
-                ffi::PyObject_GC_UnTrack(list.as_ptr().cast());
-                list.cast_into_unchecked::<PyList>()
-            };
-            if n > 0 {
-                let entry = CachedKeys {
-                    n,
-                    keys,
-                    order,
-                    list: list.clone().unbind(),
-                };
-                // Dropping an evicted entry only releases a list of str: no Python code runs.
-                KEY_LISTS.with(|cache| {
-                    let mut cache = cache.borrow_mut();
-                    if cache.is_empty() {
-                        cache.resize_with(KEY_LIST_SLOTS, || None);
-                    }
-                    cache[slot] = Some(entry);
-                });
-            }
-            (list, order)
-        }
+        None => sorted_key_list(py, &keys, n, slot),
     };
     let order = &order[..n];
-    let owned: Vec<Bound<'py, PyAny>> = order
+    if order.iter().enumerate().all(|(j, &i)| j == usize::from(i)) {
+        return Some((list, None, owned));
+    }
+    let mut positions = [0u8; SMALL_MAPPING];
+    for (j, &i) in order.iter().enumerate() {
+        positions[usize::from(i)] = j as u8;
+    }
+    permute(&mut owned, |i| usize::from(positions[i]));
+    Some((list, Some(Positions::Bytes(positions, n as u8)), owned))
+}
+
+/// The sorted key list of a small str-keyed dict whose keys (in insertion order) are
+/// `keys[..n]`, and the sort's permutation; remembered in `slot` of this thread's cache.
+#[cold]
+fn sorted_key_list<'py>(
+    py: Python<'py>,
+    keys: &[*mut ffi::PyObject; SMALL_MAPPING],
+    n: usize,
+    slot: usize,
+) -> (Bound<'py, PyList>, [u8; SMALL_MAPPING]) {
+    // Owned references: allocating the key list below may start a collection, whose
+    // finalizers run Python code that could change the dict and free what it held.
+    let key_refs: Small<Bound<'py, PyAny>> = keys[..n]
         .iter()
-        .map(|&i| value_refs[i as usize].clone())
+        // SAFETY: the caller has run no Python code since reading the keys from the dict.
+        .map(|&k| unsafe { Bound::from_borrowed_ptr(py, k) })
         .collect();
-    let insertion = if order.iter().enumerate().all(|(j, &i)| j == i as usize) {
-        None
-    } else {
-        let mut positions: Small<usize> = smallvec::smallvec![0; n];
-        for (j, &i) in order.iter().enumerate() {
-            positions[i as usize] = j;
-        }
-        Some(positions)
+    let mut order = [0u8; SMALL_MAPPING];
+    for (i, o) in order.iter_mut().enumerate() {
+        *o = i as u8;
+    }
+    let sorted = &mut order[..n];
+    let greater = |a: u8, b: u8| {
+        // SAFETY: both are live exact str objects (held by `key_refs`); comparing them
+        // cannot fail or run code.
+        unsafe { str_greater(key_refs[a as usize].as_ptr(), key_refs[b as usize].as_ptr()) }
     };
-    Some((list, insertion, owned))
+    for i in 1..n {
+        let mut j = i;
+        while j > 0 && greater(sorted[j - 1], sorted[j]) {
+            sorted.swap(j - 1, j);
+            j -= 1;
+        }
+    }
+    // SAFETY: PyList_New gives `n` NULL slots, each filled once with a new reference to a
+    // key `key_refs` holds.
+    let list = unsafe {
+        let list = Bound::from_owned_ptr(py, ffi::PyList_New(n as ffi::Py_ssize_t));
+        for (j, &i) in sorted.iter().enumerate() {
+            let key = key_refs[i as usize].clone().into_ptr();
+            ffi::PyList_SET_ITEM(list.as_ptr(), j as ffi::Py_ssize_t, key);
+        }
+        // A list of str cannot be part of a reference cycle (see `untrack_if_atomic`).
+        ffi::PyObject_GC_UnTrack(list.as_ptr().cast());
+        list.cast_into_unchecked::<PyList>()
+    };
+    if n > 0 {
+        let entry = CachedKeys {
+            n,
+            keys: *keys,
+            order,
+            list: list.clone().unbind(),
+        };
+        // Dropping an evicted entry only releases a list of str: no Python code runs.
+        KEY_LISTS.with(|cache| {
+            let mut cache = cache.borrow_mut();
+            if cache.is_empty() {
+                cache.resize_with(KEY_LIST_SLOTS, || None);
+            }
+            cache[slot] = Some(entry);
+        });
+    }
+    (list, order)
 }
 
 /// Whether str `a` sorts after str `b` (code-point order, as `<` on str). Two ASCII strings,
@@ -1148,7 +1178,7 @@ unsafe fn str_greater(a: *mut ffi::PyObject, b: *mut ffi::PyObject) -> bool {
 fn insertion_positions(
     sorted: &Bound<'_, PyList>,
     insertion: &[*mut ffi::PyObject],
-) -> Option<Small<usize>> {
+) -> Option<Positions> {
     let item = |i: usize| {
         // SAFETY: callers pass indices below the list's length, which nothing changes here.
         unsafe { ffi::PyList_GET_ITEM(sorted.as_ptr(), i as ffi::Py_ssize_t) }
@@ -1156,7 +1186,7 @@ fn insertion_positions(
     if (0..insertion.len()).all(|i| item(i) == insertion[i]) {
         return None;
     }
-    let positions: Option<Small<usize>> = if insertion.len() <= SMALL_MAPPING {
+    let positions: Option<Box<[usize]>> = if insertion.len() <= SMALL_MAPPING {
         insertion
             .iter()
             .map(|p| (0..insertion.len()).find(|&j| item(j) == *p))
@@ -1173,12 +1203,14 @@ fn insertion_positions(
             .collect()
     };
     // Sorting only permutes the keys, so every key is found.
-    Some(positions.expect("the sorted keys are the same objects as the dict's keys"))
+    Some(Positions::Words(positions.expect(
+        "the sorted keys are the same objects as the dict's keys",
+    )))
 }
 
 /// Moves `values[i]` to `values[positions[i]]` for every `i`, following the permutation's
 /// cycles in place.
-fn permute<T>(values: &mut [T], positions: &[usize]) {
+fn permute<T>(values: &mut [T], positions: impl Fn(usize) -> usize) {
     let mut done: Small<bool> = smallvec::smallvec![false; values.len()];
     for start in 0..values.len() {
         if done[start] {
@@ -1188,7 +1220,7 @@ fn permute<T>(values: &mut [T], positions: &[usize]) {
         let mut i = start;
         loop {
             done[i] = true;
-            let target = positions[i];
+            let target = positions(i);
             if target == start {
                 break;
             }
@@ -1425,7 +1457,7 @@ mod tests {
         ];
         for positions in cases {
             let mut values: Vec<usize> = (0..positions.len()).collect();
-            permute(&mut values, positions);
+            permute(&mut values, |i| positions[i]);
             for (i, &p) in positions.iter().enumerate() {
                 assert_eq!(values[p], i, "positions {positions:?}");
             }
@@ -1437,7 +1469,7 @@ mod tests {
         let n = 100;
         let positions: Vec<usize> = (0..n).map(|i| (i * 37 + 11) % n).collect();
         let mut values: Vec<usize> = (0..n).collect();
-        permute(&mut values, &positions);
+        permute(&mut values, |i| positions[i]);
         for (i, &p) in positions.iter().enumerate() {
             assert_eq!(values[p], i);
         }

@@ -160,20 +160,19 @@ impl Node {
         self.keys = keys;
     }
     /// Sets the insertion positions (`positions.len()` must be the node's arity).
-    pub fn set_insertion(&mut self, positions: Option<&[usize]>) {
+    pub fn set_insertion(&mut self, positions: Option<impl ExactSizeIterator<Item = usize>>) {
         self.packed = PACKED_NONE;
         match positions {
             Some(p) if p.len() <= PACKED_MAX => {
                 self.packed = p
-                    .iter()
                     .enumerate()
-                    .fold(0, |bits, (i, &q)| bits | ((q as u32) << (4 * i)));
+                    .fold(0, |bits, (i, q)| bits | ((q as u32) << (4 * i)));
                 if let Some(e) = &mut self.extra {
                     e.insertion = None;
                 }
             }
             _ => {
-                let boxed = positions.map(Box::from);
+                let boxed = positions.map(Iterator::collect::<Box<[usize]>>);
                 if self.wants_extra(&boxed) {
                     self.extra_mut().insertion = boxed;
                 }

@@ -255,7 +255,7 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
                     return Err(bad(format!("node {i}: unexpected data for a mapping")));
                 }
                 node.set_keys(Some(k.unbind()));
-                node.set_insertion(insertion.as_deref());
+                node.set_insertion(insertion.as_deref().map(|p| p.iter().copied()));
             }
             Kind::NamedTuple | Kind::StructSeq => {
                 let ty = data
