@@ -342,6 +342,22 @@ def test_registered_int_becomes_a_node(reg: Registrations) -> None:
     assert oxtree.tree_unflatten(oxtree.tree_structure([7, 0.0]), [1.5]) == [7, 1.5]
 
 
+@pytest.mark.parametrize("value", [3, 2.5, "s", True, b"b", 1j], ids=lambda v: type(v).__name__)
+def test_registered_scalar_type_is_a_node_only_where_registered(
+    reg: Registrations, value: Any
+) -> None:
+    # Builtin scalars take a fast path that skips the registry while none is registered.
+    tree = [value, (value, None)]
+    reg.node(type(value), lambda v: ((), v), lambda aux, _: aux, namespace="scalar-ns")
+    assert oxtree.tree_leaves(tree) == [value, value]
+    assert oxtree.tree_leaves(tree, namespace="scalar-ns") == []
+    spec = oxtree.tree_structure(tree, namespace="scalar-ns")
+    assert spec.num_leaves == 0
+    assert oxtree.tree_unflatten(spec, []) == tree
+    oxtree.unregister_pytree_node(type(value), namespace="scalar-ns")
+    assert oxtree.tree_leaves(tree, namespace="scalar-ns") == [value, value]
+
+
 def test_registered_types_lists_namespace_and_global(reg: Registrations) -> None:
     Global, Local = make_box("Global"), make_box("Local")
     reg.box(Global)

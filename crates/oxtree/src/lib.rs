@@ -9,6 +9,7 @@ mod jax_api;
 mod kind;
 mod paths;
 mod registry;
+mod spare;
 mod treespec;
 mod types;
 

@@ -60,9 +60,28 @@ impl Registration {
 pub struct Registry {
     global: PtrMap<Arc<Registration>>,
     namespaced: HashMap<String, PtrMap<Arc<Registration>>>,
+    /// True when one of the builtin scalar types (`types::is_scalar_type`) is registered in
+    /// some namespace: only then must a scalar leaf be looked up.
+    scalars: bool,
 }
 
 impl Registry {
+    /// Whether objects of exact type `ty` are leaves by a pointer compare alone: a builtin
+    /// scalar type (int, float, str, ...) that no namespace registers. Scalars are most of the
+    /// leaves of most trees, and a registry lookup costs a hash per leaf.
+    #[inline(always)]
+    pub fn scalar_leaf(&self, ty: *mut pyo3::ffi::PyTypeObject) -> bool {
+        !self.scalars && types::is_scalar_type(ty)
+    }
+
+    fn note_scalars(&mut self) {
+        self.scalars = self
+            .global
+            .keys()
+            .chain(self.namespaced.values().flat_map(|m| m.keys()))
+            .any(|&k| types::is_scalar_type(k as *mut pyo3::ffi::PyTypeObject));
+    }
+
     /// True when nothing is registered: the walk can skip lookups altogether.
     #[inline]
     pub fn is_empty(&self) -> bool {
@@ -158,6 +177,7 @@ fn update<T>(change: impl FnOnce(&mut Registry) -> PyResult<T>) -> PyResult<T> {
     let mut guard = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
     let mut next: Registry = guard.as_deref().cloned().unwrap_or_default();
     let out = change(&mut next)?;
+    next.note_scalars();
     let old = guard.replace(Arc::new(next));
     VERSION.fetch_add(1, Ordering::AcqRel);
     drop(guard);

@@ -104,6 +104,18 @@ impl<V: Clone> TypeCache<V> {
     }
 }
 
+/// Whether `ty` is exactly one of the builtin scalar types, which are leaves unless a
+/// namespace registers them: int, float, str, bool, bytes, complex.
+#[inline(always)]
+pub fn is_scalar_type(ty: *mut ffi::PyTypeObject) -> bool {
+    ty == std::ptr::addr_of_mut!(ffi::PyLong_Type)
+        || ty == std::ptr::addr_of_mut!(ffi::PyFloat_Type)
+        || ty == std::ptr::addr_of_mut!(ffi::PyUnicode_Type)
+        || ty == std::ptr::addr_of_mut!(ffi::PyBool_Type)
+        || ty == std::ptr::addr_of_mut!(ffi::PyBytes_Type)
+        || ty == std::ptr::addr_of_mut!(ffi::PyComplex_Type)
+}
+
 /// Tuple subclasses already classified.
 static TUPLE_KINDS: TypeCache<Kind> = TypeCache::new(TUPLE_CACHE_LIMIT);
 

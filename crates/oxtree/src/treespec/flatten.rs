@@ -210,6 +210,9 @@ pub fn classify_other<'a>(
     face: Face,
 ) -> Class<'a> {
     let ty = obj.get_type_ptr();
+    if registry.scalar_leaf(ty) {
+        return Class::Leaf;
+    }
     if !registry.is_empty() {
         if let Some(reg) = registry.lookup(ty, namespace) {
             return Class::Custom(reg);
@@ -361,7 +364,7 @@ impl<
             self.nodes.reserve(nodes);
         }
         if LEAVES {
-            self.leaves.reserve(leaves);
+            self.leaves = crate::spare::take(crate::spare::Slot::Leaves, leaves);
         }
     }
 
@@ -525,6 +528,10 @@ impl<
     }
 
     fn visit_other(&mut self, obj: Bound<'py, PyAny>, stack: &mut Vec<Frame<'py>>) -> PyResult<()> {
+        if self.registry.scalar_leaf(obj.get_type_ptr()) {
+            self.leaf(obj);
+            return Ok(());
+        }
         let ty = obj.get_type_ptr().cast::<ffi::PyObject>();
         if self.leaf_types.iter().flatten().any(|t| t.as_ptr() == ty) {
             self.leaf(obj);
@@ -825,12 +832,7 @@ fn give_back_stack(mut stack: Vec<Frame<'_>>) {
 
 /// An empty vector of frames with another lifetime: the allocation alone changes hands.
 fn relifetime<'a, 'b>(v: Vec<Frame<'a>>) -> Vec<Frame<'b>> {
-    assert!(v.is_empty(), "only empty stacks change hands");
-    let mut v = std::mem::ManuallyDrop::new(v);
-    // SAFETY: `Frame<'a>` and `Frame<'b>` differ only in a lifetime, so they have one layout;
-    // the vector is empty, so no value of either lifetime is carried over; pointer and
-    // capacity come from a vector of that layout and are owned by the result alone.
-    unsafe { Vec::from_raw_parts(v.as_mut_ptr().cast::<Frame<'b>>(), 0, v.capacity()) }
+    crate::spare::retype(v)
 }
 
 /// The key path (JAX's key objects) of the object the walk is visiting below `frames`.

@@ -33,9 +33,15 @@ pub use repr::{body_labelled as repr_body_labelled, options as repr_options};
 pub use traverse::flatten_up_to;
 pub use unflatten::{build, collect_leaves, fill_mapping, make_node, unflatten_iterable};
 
-/// A list that takes over the references in `items`.
-pub fn unflatten_list<'py>(py: Python<'py>, items: Vec<Bound<'py, PyAny>>) -> Bound<'py, PyList> {
-    unflatten::list_from(py, items.into_iter())
+/// A list that takes over the references in `items` (whose buffer this thread keeps for the
+/// next walk: see `spare`).
+pub fn unflatten_list<'py>(
+    py: Python<'py>,
+    mut items: Vec<Bound<'py, PyAny>>,
+) -> Bound<'py, PyList> {
+    let list = unflatten::list_from(py, items.drain(..));
+    crate::spare::give_back(crate::spare::Slot::Leaves, items);
+    list
 }
 
 /// A 2-tuple that takes over the two references.

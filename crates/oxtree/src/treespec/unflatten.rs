@@ -8,6 +8,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use super::{Face, Node, PyTreeSpec};
 use crate::errors::{type_name, TreeError};
 use crate::kind::Kind;
+use crate::spare::{self, Slot};
 use crate::types;
 
 /// `spec.unflatten(leaves)` for any iterable of leaves.
@@ -25,9 +26,13 @@ pub fn collect_leaves<'py>(
 ) -> PyResult<(Python<'py>, Vec<Bound<'py, PyAny>>)> {
     let py = leaves.py();
     let vec: Vec<Bound<'py, PyAny>> = if let Ok(list) = leaves.cast::<PyList>() {
-        list.iter().collect()
+        let mut vec = spare::take(Slot::Leaves, list.len());
+        vec.extend(list.iter());
+        vec
     } else if let Ok(tuple) = leaves.cast::<PyTuple>() {
-        tuple.iter().collect()
+        let mut vec = spare::take(Slot::Leaves, tuple.len());
+        vec.extend(tuple.iter());
+        vec
     } else {
         let iter = leaves.try_iter().map_err(|_| {
             PyTypeError::new_err(format!(
@@ -74,7 +79,7 @@ pub enum Visit<'a, 'py> {
 pub fn build_with<'py>(
     py: Python<'py>,
     spec: &PyTreeSpec,
-    leaves: Vec<Bound<'py, PyAny>>,
+    mut leaves: Vec<Bound<'py, PyAny>>,
     visit: &Visit<'_, 'py>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let expected = spec.num_leaves();
@@ -86,8 +91,24 @@ pub fn build_with<'py>(
         }
         .into());
     }
-    let mut leaves = leaves.into_iter();
-    let mut stack: Vec<Bound<'py, PyAny>> = Vec::new();
+    // The stack never holds more values than there are nodes; both buffers go back to this
+    // thread's spares at the end (a wide tree's buffers would otherwise be page-faulted in
+    // afresh on every call).
+    let mut stack = spare::take(Slot::Values, spec.nodes.len().min(spec.num_leaves() + 1));
+    let root = build_values(py, spec, leaves.drain(..), &mut stack, visit);
+    spare::give_back(Slot::Leaves, leaves);
+    spare::give_back(Slot::Values, stack);
+    root
+}
+
+/// The loop of `build_with`, over a value stack the caller provides.
+fn build_values<'py>(
+    py: Python<'py>,
+    spec: &PyTreeSpec,
+    mut leaves: impl Iterator<Item = Bound<'py, PyAny>>,
+    stack: &mut Vec<Bound<'py, PyAny>>,
+    visit: &Visit<'_, 'py>,
+) -> PyResult<Bound<'py, PyAny>> {
     for node in &spec.nodes {
         let value = match (node.kind, visit) {
             (Kind::Leaf, Visit::Rebuild) => leaves.next().expect("the leaf count was checked"),
