@@ -143,11 +143,6 @@ impl std::ops::Deref for FrameNode<'_> {
 }
 
 impl<'py> Frame<'py> {
-    #[inline]
-    fn new(obj: Bound<'py, PyAny>, items: Items<'py>, node: &Node) -> Frame<'py> {
-        Frame::with(Some(obj), items, node.kind, node.arity)
-    }
-
     /// The node this frame stands for (a bare copy for tuples and lists).
     fn node<'n>(&self, payloads: &'n [Node]) -> FrameNode<'n> {
         match payloads.get(self.payload as usize) {
@@ -163,26 +158,6 @@ impl<'py> Frame<'py> {
             (None, Items::Tuple(t)) => t.as_any(),
             (None, Items::List(l)) => l.as_any(),
             (None, Items::Owned(_)) => unreachable!("owned items always come with their container"),
-        }
-    }
-
-    #[inline]
-    fn with(
-        obj: Option<Bound<'py, PyAny>>,
-        items: Items<'py>,
-        kind: Kind,
-        arity: usize,
-    ) -> Frame<'py> {
-        Frame {
-            obj,
-            items,
-            pos: 0,
-            arity,
-            kind,
-            payload: NO_PAYLOAD,
-            leaves_before: 0,
-            nodes_before: 0,
-            ordinal: 0,
         }
     }
 }
@@ -503,8 +478,7 @@ impl<
             if self.seen_before(&obj) {
                 return Ok(());
             }
-            let (frame, node) = self.open_mapping(obj, Kind::Dict, stack)?;
-            return self.push(frame, Some(node), stack);
+            return self.open_mapping(obj, Kind::Dict, stack);
         }
         if obj.is_none() {
             if NONE_LEAF {
@@ -531,13 +505,13 @@ impl<
         if !matches!(class, Class::Leaf) && self.seen_before(&obj) {
             return Ok(());
         }
-        let frame = match class {
+        match class {
             Class::Leaf => {
                 // The newer type takes the older one's slot.
                 self.leaf_types.swap(0, 1);
                 self.leaf_types[0] = Some(obj.get_type());
                 self.leaf(obj);
-                return Ok(());
+                Ok(())
             }
             Class::NoneNode => unreachable!("None takes the fast path"),
             Class::Custom(reg) => {
@@ -546,28 +520,45 @@ impl<
                     self.namespaced = true;
                 }
                 self.acyclic = false;
-                self.open_custom(obj, reg)?
+                self.open_custom(obj, reg, stack)
             }
             Class::Node(kind) => match kind {
                 Kind::NamedTuple | Kind::StructSeq => {
                     self.acyclic = false;
                     // SAFETY: namedtuples and struct sequences are tuple subclasses.
                     let t = unsafe { obj.clone().cast_into_unchecked::<PyTuple>() };
-                    let mut node = Node::bare(kind, t.len(), 0, 0);
-                    node.data = Some(obj.get_type().into_any().unbind());
-                    (Frame::new(obj, Items::Tuple(t), &node), node)
+                    let n = t.len();
+                    let ty = obj.get_type().into_any().unbind();
+                    self.push_node(
+                        obj,
+                        || Items::Tuple(t),
+                        kind,
+                        n,
+                        stack,
+                        |node| {
+                            node.data = Some(ty);
+                        },
+                    )
                 }
-                Kind::OrderedDict | Kind::DefaultDict => self.open_mapping(obj, kind, stack)?,
+                Kind::OrderedDict | Kind::DefaultDict => self.open_mapping(obj, kind, stack),
                 Kind::Deque => {
                     let items = iter_to_list(&obj)?;
-                    let mut node = Node::bare(Kind::Deque, items.len(), 0, 0);
-                    node.data = Some(obj.getattr(intern!(self.py, "maxlen"))?.unbind());
-                    (Frame::new(obj, Items::List(items), &node), node)
+                    let maxlen = obj.getattr(intern!(self.py, "maxlen"))?.unbind();
+                    let n = items.len();
+                    self.push_node(
+                        obj,
+                        || Items::List(items),
+                        Kind::Deque,
+                        n,
+                        stack,
+                        |node| {
+                            node.data = Some(maxlen);
+                        },
+                    )
                 }
                 _ => unreachable!("classify_other returns no builtin fast-path kind"),
             },
-        };
-        self.push(frame.0, Some(frame.1), stack)
+        }
     }
 
     /// Opens a dict, OrderedDict or defaultdict: keys in leaf order, values snapshotted.
@@ -575,8 +566,8 @@ impl<
         &mut self,
         obj: Bound<'py, PyAny>,
         kind: Kind,
-        stack: &[Frame<'py>],
-    ) -> PyResult<(Frame<'py>, Node)> {
+        stack: &mut Vec<Frame<'py>>,
+    ) -> PyResult<()> {
         let py = self.py;
         // SAFETY: every mapping kind is a dict subclass (checked by the caller).
         let dict = unsafe { obj.cast_unchecked::<PyDict>() };
@@ -625,24 +616,35 @@ impl<
         };
         let n = keys.len();
         self.reserve(n);
-        let mut node = Node::bare(kind, n, 0, 0);
-        if kind == Kind::DefaultDict {
+        let factory = if kind == Kind::DefaultDict {
             self.acyclic = false;
-            node.data = Some(obj.getattr(intern!(py, "default_factory"))?.unbind());
-        }
+            Some(obj.getattr(intern!(py, "default_factory"))?.unbind())
+        } else {
+            None
+        };
         if !untracked && !untrack_if_atomic(&keys) {
             self.acyclic = false;
         }
-        node.set_keys(Some(keys.unbind()));
-        node.set_insertion(insertion.as_ref().map(|p| (0..p.len()).map(|i| p.get(i))));
-        Ok((Frame::new(obj, items, &node), node))
+        self.push_node(
+            obj,
+            || items,
+            kind,
+            n,
+            stack,
+            |node| {
+                node.data = factory;
+                node.set_keys(Some(keys.unbind()));
+                node.set_insertion(insertion.as_ref().map(|p| (0..p.len()).map(|i| p.get(i))));
+            },
+        )
     }
 
     fn open_custom(
         &mut self,
         obj: Bound<'py, PyAny>,
         reg: Arc<Registration>,
-    ) -> PyResult<(Frame<'py>, Node)> {
+        stack: &mut Vec<Frame<'py>>,
+    ) -> PyResult<()> {
         let py = self.py;
         let (children, aux, mut entries) = super::custom::flatten(py, &reg, &obj, self.with_keys)?;
         if self.with_keys {
@@ -682,40 +684,44 @@ impl<
             err.set_cause(py, Some(e));
             return Err(err);
         }
-        let mut node = Node::bare(Kind::Custom, children.len(), 0, 0);
-        node.data = Some(aux.unbind());
-        node.set_custom(Some(reg));
-        node.set_entries(entries.map(Bound::unbind));
-        let items = match children {
-            super::custom::Children::Tuple(t) => Items::Tuple(t),
-            super::custom::Children::List(l) => Items::List(l),
-            super::custom::Children::Vec(v) => Items::Owned(v.into_iter()),
-        };
-        Ok((Frame::new(obj, items, &node), node))
+        let n = children.len();
+        self.push_node(
+            obj,
+            || match children {
+                super::custom::Children::Tuple(t) => Items::Tuple(t),
+                super::custom::Children::List(l) => Items::List(l),
+                super::custom::Children::Vec(v) => Items::Owned(v.into_iter()),
+            },
+            Kind::Custom,
+            n,
+            stack,
+            |node| {
+                node.data = Some(aux.unbind());
+                node.set_custom(Some(reg));
+                node.set_entries(entries.map(Bound::unbind));
+            },
+        )
     }
 
-    /// Opens a container whose node carries data (`node`), from a frame built by the caller.
+    /// Opens a container whose node carries data: the node is made on the payload stack and
+    /// filled there by `fill`, and the frame over `items` built in place (see `push_frame`).
     #[inline(always)]
-    fn push(
+    fn push_node(
         &mut self,
-        mut frame: Frame<'py>,
-        node: Option<Node>,
+        obj: Bound<'py, PyAny>,
+        items: impl FnOnce() -> Items<'py>,
+        kind: Kind,
+        arity: usize,
         stack: &mut Vec<Frame<'py>>,
+        fill: impl FnOnce(&mut Node),
     ) -> PyResult<()> {
-        if let Some(node) = node {
-            frame.payload = self.payloads.len() as u32;
-            self.payloads.push(node);
-        }
-        frame.leaves_before = self.leaf_count;
-        frame.nodes_before = self.nodes.len();
-        stack.push(frame);
-        self.opened(stack)
+        let payload = self.payloads.len() as u32;
+        push_built(&mut self.payloads, || Node::bare(kind, arity, 0, 0));
+        fill(self.payloads.last_mut().expect("just pushed"));
+        self.push_frame(Some(obj), items, kind, arity, payload, stack)
     }
 
-    /// Opens a tuple or list (`kind` says which, checked by the caller), its frame built in
-    /// the stack's own memory. Built on the native stack and then copied, a frame's wide loads
-    /// stalled on the narrow stores just made (store forwarding): perf put a fifth of a
-    /// 500-deep chain's flatten on that copy.
+    /// Opens a tuple or list (`kind` says which, checked by the caller).
     #[inline(always)]
     fn push_seq(
         &mut self,
@@ -724,21 +730,40 @@ impl<
         arity: usize,
         stack: &mut Vec<Frame<'py>>,
     ) -> PyResult<()> {
+        // SAFETY: the caller checked the exact type `kind` names.
+        let items = || unsafe {
+            if kind == Kind::Tuple {
+                Items::Tuple(seq.cast_into_unchecked())
+            } else {
+                Items::List(seq.cast_into_unchecked())
+            }
+        };
+        self.push_frame(None, items, kind, arity, NO_PAYLOAD, stack)
+    }
+
+    /// Pushes a frame built in the stack's own memory, its items made inside the write. Built
+    /// on the native stack and then copied, frames and nodes were read with wide loads right
+    /// after the narrow stores that made them, which stall (store forwarding): perf put a
+    /// fifth of a 500-deep chain's flatten, and a quarter of a gpt2-like dict's, on those
+    /// copies.
+    #[inline(always)]
+    fn push_frame(
+        &mut self,
+        obj: Option<Bound<'py, PyAny>>,
+        items: impl FnOnce() -> Items<'py>,
+        kind: Kind,
+        arity: usize,
+        payload: u32,
+        stack: &mut Vec<Frame<'py>>,
+    ) -> PyResult<()> {
         let (leaves_before, nodes_before) = (self.leaf_count, self.nodes.len());
         push_built(stack, || Frame {
-            obj: None,
-            // SAFETY: the caller checked the exact type `kind` names.
-            items: unsafe {
-                if kind == Kind::Tuple {
-                    Items::Tuple(seq.cast_into_unchecked())
-                } else {
-                    Items::List(seq.cast_into_unchecked())
-                }
-            },
+            obj,
+            items: items(),
             pos: 0,
             arity,
             kind,
-            payload: NO_PAYLOAD,
+            payload,
             leaves_before,
             nodes_before,
             ordinal: 0,
@@ -772,28 +797,26 @@ impl<
         if GRAPH {
             self.memo.positions[frame.ordinal as usize] = self.nodes.len() as u32;
         }
-        let payload = if frame.payload == NO_PAYLOAD {
-            None
-        } else {
-            self.payloads.pop()
-        };
-        if NODES {
-            let num_leaves = self.leaf_count - frame.leaves_before;
-            let num_nodes = self.nodes.len() - frame.nodes_before + 1;
-            // Each node is built where it lands: a bare node made on the native stack, its
-            // counts written, then copied into the vector, stalled on store forwarding (the
-            // copy's wide loads over the narrow stores just made; perf, a 500-deep chain).
-            match payload {
-                None => push_built(&mut self.nodes, || {
-                    Node::bare(frame.kind, frame.arity, num_leaves, num_nodes)
-                }),
-                Some(node) => {
-                    self.nodes.push(node);
-                    let last = self.nodes.last_mut().expect("just pushed");
-                    last.num_leaves = num_leaves;
-                    last.num_nodes = num_nodes;
-                }
+        let has_payload = frame.payload != NO_PAYLOAD;
+        if !NODES {
+            if has_payload {
+                self.payloads.pop();
             }
+            return;
+        }
+        let num_leaves = self.leaf_count - frame.leaves_before;
+        let num_nodes = self.nodes.len() - frame.nodes_before + 1;
+        // Each node is built or moved where it lands, never through the native stack: a node
+        // made or popped there was copied with wide loads right after narrow stores, which
+        // stall on store forwarding (perf: a 500-deep chain, a gpt2-like dict).
+        if has_payload {
+            let node = move_last(&mut self.payloads, &mut self.nodes);
+            node.num_leaves = num_leaves;
+            node.num_nodes = num_nodes;
+        } else {
+            push_built(&mut self.nodes, || {
+                Node::bare(frame.kind, frame.arity, num_leaves, num_nodes)
+            });
         }
     }
 
@@ -863,6 +886,24 @@ fn push_built<T>(v: &mut Vec<T>, make: impl FnOnce() -> T) {
     unsafe {
         v.as_mut_ptr().add(len).write(make());
         v.set_len(len + 1);
+    }
+}
+
+/// Moves the last element of `from` (which must have one) to the end of `to`, memory to
+/// memory, and returns it there.
+#[inline(always)]
+fn move_last<'v, T>(from: &mut Vec<T>, to: &'v mut Vec<T>) -> &'v mut T {
+    let last = from.len().checked_sub(1).expect("an element to move");
+    to.reserve(1);
+    let len = to.len();
+    // SAFETY: `from[last]` is initialized and is given up (the length is cut) as it is copied
+    // bitwise into the slot past `to`'s length, reserved just above, which the length then
+    // covers: the value changes owner once and is neither dropped nor duplicated.
+    unsafe {
+        std::ptr::copy_nonoverlapping(from.as_ptr().add(last), to.as_mut_ptr().add(len), 1);
+        from.set_len(last);
+        to.set_len(len + 1);
+        &mut *to.as_mut_ptr().add(len)
     }
 }
 
@@ -1061,24 +1102,25 @@ type SortedItems<'py> = (
 );
 
 /// The leaf position of each key of a dict, in insertion order. Small str-keyed dicts keep
-/// them as bytes: a 16-byte array moves in registers, where a vector of words was copied
-/// through `memcpy` at each return (a fifth of a gpt2-like flatten under perf).
+/// them as 4-bit fields of one word: a vector of words was copied through `memcpy` at each
+/// return (a fifth of a gpt2-like flatten under perf), and a byte array, written byte by byte
+/// and read back as words, stalled on store forwarding.
 pub enum Positions {
-    Bytes([u8; SMALL_MAPPING], u8),
+    Nibbles { bits: u64, len: usize },
     Words(Box<[usize]>),
 }
 
 impl Positions {
     pub fn len(&self) -> usize {
         match self {
-            Positions::Bytes(_, n) => usize::from(*n),
+            Positions::Nibbles { len, .. } => *len,
             Positions::Words(w) => w.len(),
         }
     }
 
     pub fn get(&self, i: usize) -> usize {
         match self {
-            Positions::Bytes(b, _) => usize::from(b[i]),
+            Positions::Nibbles { bits, .. } => ((bits >> (4 * i)) & 0xF) as usize,
             Positions::Words(w) => w[i],
         }
     }
@@ -1119,12 +1161,6 @@ fn small_str_items<'py>(dict: &Bound<'py, PyDict>) -> Option<SortedItems<'py>> {
     if len != n {
         return None;
     }
-    // The values owned at once, in insertion order (a Rust allocation: no Python code runs).
-    let mut owned: Vec<Bound<'py, PyAny>> = values[..n]
-        .iter()
-        // SAFETY: the pointers are still valid: nothing has run since PyDict_Next.
-        .map(|&v| unsafe { Bound::from_borrowed_ptr(py, v) })
-        .collect();
     let slot = key_list_slot(&keys[..n]);
     let cached = KEY_LISTS.with(|cache| {
         cache
@@ -1134,20 +1170,40 @@ fn small_str_items<'py>(dict: &Bound<'py, PyDict>) -> Option<SortedItems<'py>> {
             .filter(|e| e.n == n && e.keys[..n] == keys[..n])
             .map(|e| (e.list.clone_ref(py).into_bound(py), e.order))
     });
-    let (list, order) = match cached {
-        Some(hit) => hit,
-        None => sorted_key_list(py, &keys, n, slot),
+    let (list, order, owned) = match cached {
+        Some((list, order)) => {
+            // The values owned in leaf order at once: no Python code has run since PyDict_Next
+            // (a Rust allocation runs none).
+            let owned = order[..n]
+                .iter()
+                // SAFETY: the pointers are still valid: nothing has run since PyDict_Next.
+                .map(|&i| unsafe { Bound::from_borrowed_ptr(py, values[usize::from(i)]) })
+                .collect();
+            (list, order, owned)
+        }
+        None => {
+            // Owned before the key list is allocated, which may run the collector.
+            let by_insertion: Small<Bound<'py, PyAny>> = values[..n]
+                .iter()
+                // SAFETY: as just above.
+                .map(|&v| unsafe { Bound::from_borrowed_ptr(py, v) })
+                .collect();
+            let (list, order) = sorted_key_list(py, &keys, n, slot);
+            let owned = order[..n]
+                .iter()
+                .map(|&i| by_insertion[usize::from(i)].clone())
+                .collect();
+            (list, order, owned)
+        }
     };
     let order = &order[..n];
     if order.iter().enumerate().all(|(j, &i)| j == usize::from(i)) {
         return Some((list, None, owned));
     }
-    let mut positions = [0u8; SMALL_MAPPING];
-    for (j, &i) in order.iter().enumerate() {
-        positions[usize::from(i)] = j as u8;
-    }
-    permute(&mut owned, |i| usize::from(positions[i]));
-    Some((list, Some(Positions::Bytes(positions, n as u8)), owned))
+    let bits = order.iter().enumerate().fold(0u64, |bits, (j, &i)| {
+        bits | ((j as u64) << (4 * u32::from(i)))
+    });
+    Some((list, Some(Positions::Nibbles { bits, len: n }), owned))
 }
 
 /// The sorted key list of a small str-keyed dict whose keys (in insertion order) are
