@@ -48,7 +48,8 @@ pub fn give_back(slot: Slot, mut v: Vec<Bound<'_, PyAny>>) {
     }
 }
 
-/// An empty vector with another element type of the same size and alignment: the allocation
+/// An empty vector with another element type of the same size and alignment (or the same type
+/// with another lifetime, as the walk stack kept between walks needs): the allocation
 /// alone changes hands.
 pub fn retype<A, B>(v: Vec<A>) -> Vec<B> {
     assert!(v.is_empty(), "only empty buffers change hands");

@@ -921,7 +921,7 @@ const KEPT_FRAMES: usize = 4096;
 /// on a 500-deep chain: growing a fresh stack was a sixth of the flatten.
 fn take_stack<'py>() -> Vec<Frame<'py>> {
     match SPARE_STACK.with(Cell::take) {
-        Some(spare) => relifetime(spare),
+        Some(spare) => crate::spare::retype(spare),
         None => Vec::with_capacity(64),
     }
 }
@@ -929,13 +929,8 @@ fn take_stack<'py>() -> Vec<Frame<'py>> {
 fn give_back_stack(mut stack: Vec<Frame<'_>>) {
     stack.clear();
     if stack.capacity() <= KEPT_FRAMES {
-        SPARE_STACK.with(|s| s.set(Some(relifetime(stack))));
+        SPARE_STACK.with(|s| s.set(Some(crate::spare::retype(stack))));
     }
-}
-
-/// An empty vector of frames with another lifetime: the allocation alone changes hands.
-fn relifetime<'a, 'b>(v: Vec<Frame<'a>>) -> Vec<Frame<'b>> {
-    crate::spare::retype(v)
 }
 
 /// The key path (JAX's key objects) of the object the walk is visiting below `frames`.
