@@ -414,6 +414,52 @@ def test_reentrant_flatten_and_registration_mid_walk(reg: Registrations) -> None
     assert not any(t in oxtree.registered_types() for t in made)
 
 
+def test_dataclass_fields_read_mid_walk_may_walk_and_fail(reg: Registrations) -> None:
+    """A dataclass's fields wait on the walk's pending stack with the values of the dicts
+    around them: a field read that walks other trees, or raises, must not disturb it."""
+    inner = {"z": [1, {"y": 2, "x": (3,)}], "a": None}
+
+    @dataclasses.dataclass
+    class Pair:
+        first: Any
+        second: Any
+
+    class Reading(Pair):
+        fail = False
+
+        @property  # type: ignore[override]
+        def second(self) -> Any:
+            assert oxtree.tree_leaves(inner) == [1, 3, 2]
+            if Reading.fail:
+                raise RuntimeError("field read failed")
+            return {"q": self.__dict__["second"], "p": 0}
+
+        @second.setter
+        def second(self, value: Any) -> None:
+            self.__dict__["second"] = value
+
+    for cls in (Pair, Reading):
+        oxtree.register_dataclass(cls, data_fields=["first", "second"], meta_fields=[])
+        reg.track(cls)
+    tree = {"b": Reading({"k": 1, "j": 2}, [3]), "a": [Pair(4, Reading(5, 6)), {"m": 7}]}
+    leaves, spec = oxtree.tree_flatten(tree)
+    assert leaves == [4, 5, 0, 6, 7, 2, 1, 0, 3]
+    assert spec.num_leaves == 9
+    Reading.fail = True
+    with pytest.raises(RuntimeError, match="field read failed"):
+        oxtree.tree_flatten(tree)
+    Reading.fail = False
+    # Nothing the failed walk left behind reaches the next one.
+    assert oxtree.tree_flatten(tree) == (leaves, spec)
+    assert oxtree.tree_leaves({"s": Pair(1, 2), "r": Pair({"d": 3, "c": 4}, 5)}) == [
+        4,
+        3,
+        5,
+        1,
+        2,
+    ]
+
+
 def test_unregistering_mid_walk_does_not_change_the_walk(reg: Registrations) -> None:
     Box = make_box()
 

@@ -17,6 +17,9 @@ pub enum Slot {
     Leaves = 0,
     /// Unflatten's value stack.
     Values = 1,
+    /// A flatten's pending children: the values of dicts and dataclass fields, waiting in
+    /// reverse order to be visited.
+    Pending = 2,
 }
 
 /// The largest buffer kept, in objects (4 MiB): larger ones are freed as usual.
@@ -24,7 +27,8 @@ const KEPT_OBJECTS: usize = 1 << 19;
 
 thread_local! {
     /// The buffers, emptied, with their element type erased to the same-layout `usize`.
-    static SPARE: [Cell<Option<Vec<usize>>>; 2] = const { [Cell::new(None), Cell::new(None)] };
+    static SPARE: [Cell<Option<Vec<usize>>>; 3] =
+        const { [Cell::new(None), Cell::new(None), Cell::new(None)] };
 }
 
 /// An empty vector with room for `capacity` objects, reusing this thread's spare buffer of

@@ -70,22 +70,41 @@ pub fn flatten<'py>(
         }
         Rule::Dataclass { data, meta, .. } => {
             let mut children = Vec::with_capacity(data.len());
-            for name in data {
-                children.push(obj.getattr(name.bind(py))?);
-            }
-            let aux = if meta.is_empty() {
-                PyTuple::empty(py).into_any()
-            } else {
-                let mut values = Vec::with_capacity(meta.len());
-                for name in meta {
-                    values.push(obj.getattr(name.bind(py))?);
-                }
-                super::tuple_from_vec(py, values).into_any()
-            };
-            Ok((Children::Vec(children), aux, None))
+            fields_into(py, data, obj, &mut children)?;
+            Ok((Children::Vec(children), dataclass_aux(py, meta, obj)?, None))
         }
         Rule::Static => Ok((Children::Vec(Vec::new()), obj.clone(), None)),
     }
+}
+
+/// Appends the values of a dataclass's fields `names`, in order, to `out`.
+#[inline]
+pub fn fields_into<'py>(
+    py: Python<'py>,
+    names: &[Py<pyo3::types::PyString>],
+    obj: &Bound<'py, PyAny>,
+    out: &mut Vec<Bound<'py, PyAny>>,
+) -> PyResult<()> {
+    for name in names {
+        out.push(obj.getattr(name.bind(py))?);
+    }
+    Ok(())
+}
+
+/// A dataclass's aux data: the tuple of its meta fields' values (the empty tuple when it has
+/// none).
+#[inline]
+pub fn dataclass_aux<'py>(
+    py: Python<'py>,
+    meta: &[Py<pyo3::types::PyString>],
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    if meta.is_empty() {
+        return Ok(PyTuple::empty(py).into_any());
+    }
+    let mut values = Vec::with_capacity(meta.len());
+    fields_into(py, meta, obj, &mut values)?;
+    Ok(super::tuple_from_vec(py, values).into_any())
 }
 
 /// The user's exception, unchanged in type, with a note saying which registered function
