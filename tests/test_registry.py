@@ -460,6 +460,31 @@ def test_dataclass_fields_read_mid_walk_may_walk_and_fail(reg: Registrations) ->
     ]
 
 
+def test_walk_inside_a_walk_sees_a_registration_made_there(reg: Registrations) -> None:
+    """The outer walk keeps the registry it started with; a walk started inside it (from a
+    flatten function) after a registration sees the new registry, and so does the next."""
+    Outer = make_box("Outer")
+    Inner = make_box("Inner")
+    seen: list[Any] = []
+
+    def flatten(box: Any) -> Any:
+        if Inner not in oxtree.registered_types():
+            reg.box(Inner)
+        seen.append(oxtree.tree_leaves([Inner(1, Inner(2))]))
+        return box.children, box.meta
+
+    reg.node(Outer, flatten, Outer.unflatten)
+    # Inner was unregistered when the walk began: the walk keeps treating it as a leaf.
+    tree = [Outer(Inner(7)), Outer(8)]
+    assert oxtree.tree_leaves(tree) == [Inner(7), 8]
+    assert seen == [[1, 2], [1, 2]]
+    assert oxtree.tree_leaves(tree) == [7, 8]
+    oxtree.unregister_pytree_node(Inner)
+    # Unregistered again: the walk sees a leaf (and its flatten function registers it anew).
+    assert oxtree.tree_leaves(tree) == [Inner(7), 8]
+    assert Inner in oxtree.registered_types()
+
+
 def test_unregistering_mid_walk_does_not_change_the_walk(reg: Registrations) -> None:
     Box = make_box()
 

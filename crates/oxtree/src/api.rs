@@ -53,8 +53,7 @@ pub fn flatten_impl<'py>(
     opts: &Options<'_, 'py>,
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyTreeSpec>)> {
     check_is_leaf(opts.is_leaf)?;
-    let reg = registry::snapshot();
-    let flat = flatten::flatten_opts::<true, true>(tree, opts, &reg)?;
+    let flat = registry::with_registry(|reg| flatten::flatten_opts::<true, true>(tree, opts, reg))?;
     let acyclic = flat.acyclic;
     let spec = spec_into_py(
         tree.py(),
@@ -93,8 +92,8 @@ pub fn leaves_impl<'py>(
     opts: &Options<'_, 'py>,
 ) -> PyResult<Bound<'py, PyList>> {
     check_is_leaf(opts.is_leaf)?;
-    let reg = registry::snapshot();
-    let flat = flatten::flatten_opts::<false, true>(tree, opts, &reg)?;
+    let flat =
+        registry::with_registry(|reg| flatten::flatten_opts::<false, true>(tree, opts, reg))?;
     Ok(list_from_vec(tree.py(), flat.leaves))
 }
 
@@ -104,8 +103,8 @@ pub fn structure_impl<'py>(
     opts: &Options<'_, 'py>,
 ) -> PyResult<Bound<'py, PyTreeSpec>> {
     check_is_leaf(opts.is_leaf)?;
-    let reg = registry::snapshot();
-    let flat = flatten::flatten_opts::<true, false>(tree, opts, &reg)?;
+    let flat =
+        registry::with_registry(|reg| flatten::flatten_opts::<true, false>(tree, opts, reg))?;
     let acyclic = flat.acyclic;
     spec_into_py(
         tree.py(),
@@ -143,8 +142,7 @@ pub fn map_impl<'py>(
         );
     }
     check_is_leaf(opts.is_leaf)?;
-    let reg = registry::snapshot();
-    let flat = flatten::flatten_opts::<true, true>(tree, opts, &reg)?;
+    let flat = registry::with_registry(|reg| flatten::flatten_opts::<true, true>(tree, opts, reg))?;
     let spec = spec_of(flat.nodes, flat.namespaced, opts);
     let mut results = Vec::with_capacity(if keep_results { flat.leaves.len() } else { 0 });
     if rests.is_empty() {
@@ -155,7 +153,7 @@ pub fn map_impl<'py>(
             }
         }
     } else {
-        let others = flatten_rests(&spec, rests, &reg)?;
+        let others = registry::with_registry(|reg| flatten_rests(&spec, rests, reg))?;
         for (i, leaf) in flat.leaves.iter().enumerate() {
             let r = if let [other] = others.as_slice() {
                 func.call1((leaf, &other[i]))?
@@ -210,11 +208,12 @@ pub fn is_leaf_impl(
             return Ok(true);
         }
     }
-    let reg = registry::snapshot();
-    Ok(matches!(
-        flatten::classify(tree, none_is_leaf, &reg, namespace, face),
-        Class::Leaf
-    ))
+    Ok(registry::with_registry(|reg| {
+        matches!(
+            flatten::classify(tree, none_is_leaf, reg, namespace, face),
+            Class::Leaf
+        )
+    }))
 }
 
 /// Whether every item of `iterable` is a leaf.
@@ -244,12 +243,12 @@ pub fn paths_impl<'py>(
     style: KeyStyle,
 ) -> PyResult<WithPaths<'py>> {
     check_is_leaf(opts.is_leaf)?;
-    let reg = registry::snapshot();
     let opts = Options {
         with_keys: style == KeyStyle::Keys,
         ..*opts
     };
-    let flat = flatten::flatten_opts::<true, true>(tree, &opts, &reg)?;
+    let flat =
+        registry::with_registry(|reg| flatten::flatten_opts::<true, true>(tree, &opts, reg))?;
     let spec = spec_of(flat.nodes, flat.namespaced, &opts);
     let paths = keys::leaf_paths(&spec, tree.py(), style)?;
     Ok((paths, flat.leaves, spec))
@@ -289,8 +288,7 @@ pub fn map_with_paths_impl<'py>(
         );
     }
     let (paths, leaves, spec) = paths_impl(tree, opts, style)?;
-    let reg = registry::snapshot();
-    let others = flatten_rests(&spec, rests, &reg)?;
+    let others = registry::with_registry(|reg| flatten_rests(&spec, rests, reg))?;
     let mut results = Vec::with_capacity(leaves.len());
     for (i, (path, leaf)) in paths.into_iter().zip(leaves).enumerate() {
         let r = if others.is_empty() {
@@ -613,8 +611,7 @@ pub fn _flatten_one_level<'py>(
         face,
         ..Options::new(None, none_is_leaf, namespace)
     };
-    let reg = registry::snapshot();
-    let flat = flatten::flatten_one_level(tree, &opts, &reg)?;
+    let flat = registry::with_registry(|reg| flatten::flatten_one_level(tree, &opts, reg))?;
     let spec = spec_of(flat.nodes, flat.namespaced, &opts);
     Ok((list_from_vec(tree.py(), flat.leaves), spec))
 }

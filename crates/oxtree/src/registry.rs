@@ -4,7 +4,7 @@
 //! made by another thread mid-walk never changes the rules under a walk. Writers copy the
 //! map, change the copy and swap it in under the lock.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -143,17 +143,30 @@ pub fn lookup_for_load(
 /// Bumped under the lock by every change of the registry.
 static VERSION: AtomicU64 = AtomicU64::new(1);
 
+/// This thread's view of the registry.
+struct ThreadView {
+    /// The last snapshot this thread took and the version it was taken at: a walk starts with
+    /// one atomic load instead of taking the lock (4% of a 3-leaf flatten).
+    snapshot: RefCell<Option<(u64, Arc<Registry>)>>,
+    /// How many `with_registry` calls on this thread are borrowing `snapshot`: while one is,
+    /// the snapshot is neither replaced nor dropped.
+    lent: Cell<u32>,
+}
+
 thread_local! {
-    /// This thread's last snapshot and the version it was taken at: a walk starts with one
-    /// atomic load and a reference count instead of taking the lock (4% of a 3-leaf flatten).
-    static CACHED: RefCell<Option<(u64, Arc<Registry>)>> = const { RefCell::new(None) };
+    static VIEW: ThreadView = const {
+        ThreadView {
+            snapshot: RefCell::new(None),
+            lent: Cell::new(0),
+        }
+    };
 }
 
 /// The registry as it is now (or as it was a moment ago, if another thread is changing it).
 pub fn snapshot() -> Arc<Registry> {
     let version = VERSION.load(Ordering::Acquire);
-    let cached = CACHED.with(|c| match &*c.borrow() {
-        Some((v, reg)) if *v == version => Some(reg.clone()),
+    let cached = VIEW.with(|v| match &*v.snapshot.borrow() {
+        Some((at, reg)) if *at == version => Some(reg.clone()),
         _ => None,
     });
     if let Some(reg) = cached {
@@ -166,10 +179,41 @@ pub fn snapshot() -> Arc<Registry> {
             .clone();
         (VERSION.load(Ordering::Acquire), reg)
     };
-    // The registry this thread held before is dropped outside the lock.
-    let previous = CACHED.with(|c| c.replace(Some((version, reg.clone()))));
+    // The registry this thread held before is dropped outside the lock, and never while a
+    // `with_registry` call borrows it.
+    let previous = VIEW
+        .with(|v| (v.lent.get() == 0).then(|| v.snapshot.replace(Some((version, reg.clone())))));
     drop(previous);
     reg
+}
+
+/// Calls `f` with the registry as `snapshot` would give it, lending this thread's cached
+/// snapshot when it is current instead of counting a reference to it: the two atomic
+/// reference-count updates were 5% of a 3-leaf flatten.
+pub fn with_registry<R>(f: impl FnOnce(&Registry) -> R) -> R {
+    let version = VERSION.load(Ordering::Acquire);
+    VIEW.with(|view| {
+        let lent = match &*view.snapshot.borrow() {
+            Some((at, reg)) if *at == version => Some(Arc::as_ptr(reg)),
+            _ => None,
+        };
+        let Some(reg) = lent else {
+            return f(&snapshot());
+        };
+        /// Ends the loan however `f` returns (unwinding included).
+        struct Loan<'v>(&'v Cell<u32>);
+        impl Drop for Loan<'_> {
+            fn drop(&mut self) {
+                self.0.set(self.0.get() - 1);
+            }
+        }
+        view.lent.set(view.lent.get() + 1);
+        let _loan = Loan(&view.lent);
+        // SAFETY: the `Arc` in `view.snapshot` keeps the registry alive, and while `lent` is
+        // above zero nothing replaces or drops it (`snapshot` checks before replacing; no
+        // other code touches it).
+        f(unsafe { &*reg })
+    })
 }
 
 /// Applies `change` to a copy of the registry and publishes the copy.
@@ -182,8 +226,9 @@ fn update<T>(change: impl FnOnce(&mut Registry) -> PyResult<T>) -> PyResult<T> {
     VERSION.fetch_add(1, Ordering::AcqRel);
     drop(guard);
     // This thread's cached snapshot is stale now: let it go at once, so an unregistered
-    // type is not kept alive by it (other threads let theirs go on their next walk).
-    let cached = CACHED.with(|c| c.replace(None));
+    // type is not kept alive by it (other threads, and this one when a walk is borrowing it,
+    // let theirs go on their next walk).
+    let cached = VIEW.with(|v| (v.lent.get() == 0).then(|| v.snapshot.replace(None)));
     // Released after the lock: dropping the last reference to a registration can run Python
     // code (a `__del__`), which must not find the registry locked.
     drop(old);

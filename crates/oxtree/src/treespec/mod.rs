@@ -527,8 +527,8 @@ impl PyTreeSpec {
     /// treespec as a prefix of its structure.
     fn flatten_up_to<'py>(&self, tree: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
         let py = tree.py();
-        let registry = crate::registry::snapshot();
-        let out = traverse::flatten_up_to(self, tree, &registry, None)?;
+        let out =
+            crate::registry::with_registry(|reg| traverse::flatten_up_to(self, tree, reg, None))?;
         Ok(crate::api::list_from_vec(py, out))
     }
 
