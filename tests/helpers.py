@@ -505,3 +505,22 @@ def _extend(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 def trees(max_leaves: int = 24) -> st.SearchStrategy[Any]:
     """Random nested trees of every built-in node type with int/str/None leaves."""
     return st.recursive(_LEAVES, _extend, max_leaves=max_leaves)
+
+
+class Key:
+    """A dict key nobody else refers to (orderable, so dicts holding it still sort)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __lt__(self, other: Key) -> bool:
+        return self.name < other.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Key) and other.name == self.name
+
+    def __repr__(self) -> str:
+        return f"Key({self.name!r})"

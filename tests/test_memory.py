@@ -15,7 +15,7 @@ import numpy as np
 import optree
 import oxtree
 import pytest
-from helpers import CORPUS, Point, Vector, assert_same_leaves, assert_same_tree
+from helpers import CORPUS, Key, Point, Vector, assert_same_leaves, assert_same_tree
 
 ITERATIONS = 100_000
 
@@ -28,25 +28,6 @@ class Leaf:
 
     def __repr__(self) -> str:
         return f"Leaf({self.name!r})"
-
-
-class Key:
-    """A dict key nobody else refers to (orderable, so dicts holding it still sort)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __lt__(self, other: Key) -> bool:
-        return self.name < other.name
-
-    def __hash__(self) -> int:
-        return hash(self.name)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Key) and other.name == self.name
-
-    def __repr__(self) -> str:
-        return f"Key({self.name!r})"
 
 
 def fresh_tree() -> tuple[Any, list[Any]]:

@@ -6,6 +6,7 @@
 
 mod compare;
 mod custom;
+mod dict_template;
 pub mod flatten;
 pub mod keys;
 pub mod ops;

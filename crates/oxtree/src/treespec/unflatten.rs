@@ -129,10 +129,7 @@ fn build_values<'py>(
                 // The children stay on the stack while the dict takes references to them:
                 // no vector for the insertion order.
                 let start = stack.len() - node.arity;
-                let d = new_dict(py, node.arity)?;
-                fill_mapping(py, &d, node, &stack[start..], spec.face)?;
-                stack.truncate(start);
-                d
+                dict_from(py, node, stack, start, spec.face)?
             }
             (Kind::Tuple, Visit::Rebuild) => seq_from_top(py, stack, node.arity, false),
             (Kind::List, Visit::Rebuild) => seq_from_top(py, stack, node.arity, true),
@@ -211,6 +208,24 @@ fn new_dict(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyAny>> {
     }
     // SAFETY: returns a new reference to an empty dict, or NULL with an exception set.
     unsafe { Bound::from_owned_ptr_or_err(py, _PyDict_NewPresized(n as ffi::Py_ssize_t)) }
+}
+
+/// The dict of a `Kind::Dict` node holding the values `stack[start..]` (leaf order), which
+/// it takes off the stack: copied from a template when it can be, else built key by key.
+fn dict_from<'py>(
+    py: Python<'py>,
+    node: &Node,
+    stack: &mut Vec<Bound<'py, PyAny>>,
+    start: usize,
+    face: Face,
+) -> PyResult<Bound<'py, PyAny>> {
+    if let Some(copied) = super::dict_template::copy_with_values(py, node, stack, start, face) {
+        return copied;
+    }
+    let d = new_dict(py, node.arity)?;
+    fill_mapping(py, &d, node, &stack[start..], face)?;
+    stack.truncate(start);
+    Ok(d)
 }
 
 /// A node rebuilt from its children, None included (it has none).
@@ -377,11 +392,7 @@ pub fn make_node<'py>(
     Ok(match node.kind {
         Kind::Tuple => tuple_from(py, children).into_any(),
         Kind::List => list_from(py, children).into_any(),
-        Kind::Dict => {
-            let d = new_dict(py, node.arity)?;
-            fill_mapping(py, &d, node, &children.collect::<Vec<_>>(), face)?;
-            d
-        }
+        Kind::Dict => dict_from(py, node, &mut children.collect(), 0, face)?,
         Kind::NamedTuple => data().call1(tuple_from(py, children))?,
         Kind::StructSeq => data().call1((tuple_from(py, children),))?,
         Kind::OrderedDict => {
