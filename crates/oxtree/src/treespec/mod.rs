@@ -122,6 +122,12 @@ impl Node {
     pub const LEAF: Node = Node::bare(Kind::Leaf, 0, 1, 1);
     pub const NONE: Node = Node::bare(Kind::None, 0, 0, 1);
 
+    /// Whether dropping this node has nothing to release (leaves, tuples, lists, None).
+    #[inline(always)]
+    fn holds_nothing(&self) -> bool {
+        self.data.is_none() && self.keys.is_none() && self.custom.is_none() && self.extra.is_none()
+    }
+
     pub const fn bare(kind: Kind, arity: usize, num_leaves: usize, num_nodes: usize) -> Node {
         Node {
             kind,
@@ -334,6 +340,27 @@ pub struct PyTreeSpec {
     pub(crate) namespace: String,
     pub(crate) face: Face,
     pub(crate) hash: OnceLock<isize>,
+}
+
+impl Drop for PyTreeSpec {
+    /// Drops only the nodes that hold something: the drop glue called a function per node,
+    /// leaves included (an eighth of a 500-deep chain's flatten, treespec freed each call).
+    fn drop(&mut self) {
+        let mut nodes = std::mem::ManuallyDrop::new(std::mem::take(&mut self.nodes));
+        for node in nodes.iter_mut() {
+            if !node.holds_nothing() {
+                // SAFETY: each node is dropped at most once, here; the vector's length is set
+                // to zero below before its buffer is freed, so none is dropped again.
+                unsafe { std::ptr::drop_in_place(node) };
+            }
+        }
+        // SAFETY: the vector is still owned (ManuallyDrop); with length zero, dropping it
+        // frees the buffer and touches no node.
+        unsafe {
+            nodes.set_len(0);
+            std::mem::ManuallyDrop::drop(&mut nodes);
+        }
+    }
 }
 
 impl PyTreeSpec {
