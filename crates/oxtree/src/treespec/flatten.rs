@@ -286,6 +286,10 @@ pub struct Flattener<
     /// type usually come in runs, or alternate between two (an int and a float field of
     /// every dataclass). Held strongly, so their addresses cannot be reused mid-walk.
     leaf_types: [Option<Bound<'py, pyo3::types::PyType>>; 2],
+    /// The type and registration of the last registered node opened: nodes of one class
+    /// come in runs (a list of dataclasses), so most skip the registry's hash lookup. The
+    /// registration holds its type, so the address cannot be reused mid-walk.
+    last_custom: Option<(*mut ffi::PyTypeObject, &'a Arc<Registration>)>,
     /// Graph walks only: the containers seen so far.
     memo: Memo<'py>,
     /// The nodes of open frames whose kinds carry data, innermost last.
@@ -320,6 +324,7 @@ impl<
             with_keys: false,
             face: Face::Optree,
             leaf_types: [None, None],
+            last_custom: None,
             memo: Memo::default(),
             payloads: Vec::new(),
             pending: Vec::new(),
@@ -538,7 +543,10 @@ impl<
             self.leaf(obj);
             return Ok(());
         }
-        let class = classify_other(&obj, self.registry, self.namespace, self.face);
+        let class = match self.last_custom {
+            Some((t, reg)) if t == obj.get_type_ptr() => Class::Custom(reg),
+            _ => classify_other(&obj, self.registry, self.namespace, self.face),
+        };
         if !matches!(class, Class::Leaf) && self.seen_before(&obj) {
             return Ok(());
         }
@@ -552,6 +560,7 @@ impl<
             }
             Class::NoneNode => unreachable!("None takes the fast path"),
             Class::Custom(reg) => {
+                self.last_custom = Some((obj.get_type_ptr(), reg));
                 let reg = reg.clone();
                 if !reg.namespace.is_empty() {
                     self.namespaced = true;
