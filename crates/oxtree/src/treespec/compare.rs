@@ -84,6 +84,15 @@ fn equal_nodes(py: Python<'_>, a: &Node, b: &Node) -> PyResult<bool> {
     if matches!(a.kind, Kind::Leaf | Kind::None | Kind::Tuple | Kind::List) {
         return Ok(true);
     }
+    // Registered nodes of one registration sharing their aux data object (a dataclass
+    // without meta fields has the empty tuple): decided here too.
+    if a.kind == Kind::Custom {
+        if let (Some(x), Some(y), Some(d), Some(e)) = (a.custom(), b.custom(), &a.data, &b.data) {
+            if std::sync::Arc::ptr_eq(x, y) && d.as_ptr() == e.as_ptr() {
+                return Ok(true);
+            }
+        }
+    }
     same_node(py, a, b)
 }
 
