@@ -29,13 +29,16 @@ pub const MAX_KEYS: usize = 32;
 /// a few hundred distinct dicts (a 1,000-leaf tree of random dicts has 151).
 const SLOTS: usize = 1024;
 
-/// The order of a template's keys: the leaf order (`SORTED`) or a packed insertion order.
+/// The order of a template's keys: the leaf order (`SORTED`), a packed insertion order, or
+/// (top bit set) the hash of an insertion order kept as a slice.
 const SORTED: u64 = u64::MAX;
 
 struct Template {
     /// The node's key list (leaf order), held so its address is not reused.
     keys: Py<PyList>,
     order: u64,
+    /// The insertion positions of a dict of more than 8 keys (`order` is only their hash).
+    slice: Option<Box<[usize]>>,
     /// Made the second time these keys are rebuilt in this order: a dict rebuilt once (a
     /// treespec unpickled and unflattened, keys seen once) is built key by key, not twice.
     dict: Option<Py<PyDict>>,
@@ -113,18 +116,25 @@ pub fn copy_with_values<'py>(
     } else {
         node.insertion()
     };
-    let order = match insertion {
-        None => SORTED,
-        Some(Insertion::Packed { bits, .. }) => u64::from(bits),
-        // Only dicts of more than 8 keys keep their order in a slice: built key by key.
-        Some(Insertion::Slice(_)) => return None,
+    let (order, slice) = match insertion {
+        None => (SORTED, None),
+        Some(Insertion::Packed { bits, .. }) => (u64::from(bits), None),
+        // Dicts of more than 8 keys keep their order in a slice: remembered by a hash of it
+        // (top bit set: never a packed order), the slice itself compared on a hit.
+        Some(Insertion::Slice(s)) => {
+            let h = s.iter().fold(0x243F_6A88_85A3_08D3u64, |h, &p| {
+                (h ^ p as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            });
+            ((h | 1 << 63) & !1, Some(s))
+        }
     };
     // The leaf position of the i-th key in the rebuilt dict's order.
     let position = |i: usize| match insertion {
         Some(Insertion::Packed { bits, .. }) => ((bits >> (4 * i)) & 0xF) as usize,
-        _ => i,
+        Some(Insertion::Slice(s)) => s[i],
+        None => i,
     };
-    let template = match template_for(py, keys, order, &position) {
+    let template = match template_for(py, keys, order, slice, &position) {
         Ok(Some(t)) => t,
         Ok(None) => return None,
         Err(e) => return Some(Err(e)),
@@ -211,6 +221,7 @@ fn template_for<'py>(
     py: Python<'py>,
     keys: &Bound<'py, PyList>,
     order: u64,
+    slice: Option<&[usize]>,
     position: &dyn Fn(usize) -> usize,
 ) -> PyResult<Option<Bound<'py, PyDict>>> {
     let slot = slot_of(keys, order);
@@ -218,7 +229,9 @@ fn template_for<'py>(
         t.borrow()
             .get(slot)
             .and_then(Option::as_ref)
-            .filter(|t| t.keys.as_ptr() == keys.as_ptr() && t.order == order)
+            .filter(|t| {
+                t.keys.as_ptr() == keys.as_ptr() && t.order == order && t.slice.as_deref() == slice
+            })
             .map(|t| t.dict.as_ref().map(|d| d.bind(py).clone()))
     });
     let n = keys.len();
@@ -238,7 +251,7 @@ fn template_for<'py>(
             });
             if all_str {
                 // First sight: remembered, built key by key this time.
-                keep(slot, keys, order, None);
+                keep(slot, keys, order, slice, None);
             }
             return Ok(None);
         }
@@ -248,15 +261,22 @@ fn template_for<'py>(
     for i in 0..n {
         dict.set_item(keys.get_item(position(i))?, &none)?;
     }
-    keep(slot, keys, order, Some(&dict));
+    keep(slot, keys, order, slice, Some(&dict));
     Ok(Some(dict))
 }
 
 /// Remembers `keys` in `order` in `slot`, with the template when there is one.
-fn keep(slot: usize, keys: &Bound<'_, PyList>, order: u64, dict: Option<&Bound<'_, PyDict>>) {
+fn keep(
+    slot: usize,
+    keys: &Bound<'_, PyList>,
+    order: u64,
+    slice: Option<&[usize]>,
+    dict: Option<&Bound<'_, PyDict>>,
+) {
     let kept = Template {
         keys: keys.clone().unbind(),
         order,
+        slice: slice.map(Box::from),
         dict: dict.map(|d| d.clone().unbind()),
     };
     let old = TEMPLATES.with(|t| {
