@@ -485,6 +485,21 @@ def test_walk_inside_a_walk_sees_a_registration_made_there(reg: Registrations) -
     assert Inner in oxtree.registered_types()
 
 
+def test_children_from_an_iterator_wait_with_dict_values(reg: Registrations) -> None:
+    """Children a flatten function gives as an iterator share the walk's pending stack with
+    the values of the dicts around and inside them."""
+    Box = make_box("IterBox")
+    reg.node(Box, lambda b: (iter(b.children), b.meta), Box.unflatten)
+    tree = {"z": [Box(1, {"b": Box(2, 3), "a": 4}), 5], "y": Box()}
+    leaves, spec = oxtree.tree_flatten(tree)
+    assert leaves == [1, 4, 2, 3, 5]
+    assert spec.unflatten(leaves) == tree
+    assert oxtree.tree_map(lambda x: x * 10, tree) == {
+        "z": [Box(10, {"b": Box(20, 30), "a": 40}), 50],
+        "y": Box(),
+    }
+
+
 def test_unregistering_mid_walk_does_not_change_the_walk(reg: Registrations) -> None:
     Box = make_box()
 

@@ -129,11 +129,7 @@ pub fn copy_with_values<'py>(
         }
     };
     // The leaf position of the i-th key in the rebuilt dict's order.
-    let position = |i: usize| match insertion {
-        Some(Insertion::Packed { bits, .. }) => ((bits >> (4 * i)) & 0xF) as usize,
-        Some(Insertion::Slice(s)) => s[i],
-        None => i,
-    };
+    let position = |i: usize| insertion.map_or(i, |ins| ins.get(i));
     let template = match template_for(py, keys, order, slice, &position) {
         Ok(Some(t)) => t,
         Ok(None) => return None,

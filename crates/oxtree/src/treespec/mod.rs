@@ -106,14 +106,24 @@ pub enum Insertion<'a> {
 }
 
 impl Insertion<'_> {
+    pub fn len(&self) -> usize {
+        match *self {
+            Insertion::Packed { len, .. } => len,
+            Insertion::Slice(s) => s.len(),
+        }
+    }
+
+    /// The leaf position of the `i`-th key in insertion order.
+    #[inline]
+    pub fn get(&self, i: usize) -> usize {
+        match *self {
+            Insertion::Packed { bits, .. } => ((bits >> (4 * i)) & 0xF) as usize,
+            Insertion::Slice(s) => s[i],
+        }
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
-        let (bits, len, slice): (u32, usize, &[usize]) = match *self {
-            Insertion::Packed { bits, len } => (bits, len, &[]),
-            Insertion::Slice(s) => (0, 0, s),
-        };
-        (0..len)
-            .map(move |i| ((bits >> (4 * i)) & 0xF) as usize)
-            .chain(slice.iter().copied())
+        (0..self.len()).map(move |i| self.get(i))
     }
 }
 const NO_ENTRIES: &Option<Py<PyTuple>> = &None;
