@@ -5,7 +5,7 @@ use pyo3::types::{PyList, PyTuple};
 
 use crate::errors::{type_name, TreeError};
 use crate::registry;
-use crate::treespec::flatten::{self, Class, Options};
+use crate::treespec::flatten::{self, Class, Options, Walked};
 use crate::treespec::keys::{self, KeyStyle};
 use crate::treespec::{Face, PyTreeSpec};
 
@@ -53,14 +53,42 @@ pub fn flatten_impl<'py>(
     opts: &Options<'_, 'py>,
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyTreeSpec>)> {
     check_is_leaf(opts.is_leaf)?;
-    let flat = registry::with_registry(|reg| flatten::flatten_opts::<true, true>(tree, opts, reg))?;
-    let acyclic = flat.acyclic;
-    let spec = spec_into_py(
-        tree.py(),
-        spec_of(flat.nodes, flat.namespaced, opts),
-        acyclic,
-    )?;
-    Ok((list_from_vec(tree.py(), flat.leaves), spec))
+    let walked =
+        registry::with_registry(|reg| flatten::flatten_or_sequence::<true, true>(tree, opts, reg))?;
+    let (leaves, nodes, namespaced, acyclic) = match walked {
+        Walked::Sequence(kind, n) => (
+            items_list(tree),
+            flatten::leaf_sequence_nodes(kind, n),
+            false,
+            true,
+        ),
+        Walked::Flat(flat) => (
+            list_from_vec(tree.py(), flat.leaves),
+            flat.nodes,
+            flat.namespaced,
+            flat.acyclic,
+        ),
+    };
+    let spec = spec_into_py(tree.py(), spec_of(nodes, namespaced, opts), acyclic)?;
+    Ok((leaves, spec))
+}
+
+/// A new list of the items of an exact tuple or list (a `Walked::Sequence` tree).
+fn items_list<'py>(seq: &Bound<'py, PyAny>) -> Bound<'py, PyList> {
+    if let Ok(list) = seq.cast::<PyList>() {
+        // SAFETY: a slice of a list is a new list; NULL only on memory error, which
+        // `from_owned_ptr` turns into a panic caught at the boundary.
+        return unsafe {
+            Bound::from_owned_ptr(
+                seq.py(),
+                pyo3::ffi::PyList_GetSlice(list.as_ptr(), 0, list.len() as pyo3::ffi::Py_ssize_t),
+            )
+            .cast_into_unchecked()
+        };
+    }
+    // SAFETY: the caller passes a tuple or a list, and the list was handled above.
+    let tuple = unsafe { seq.cast_unchecked::<PyTuple>() };
+    crate::treespec::list_from(seq.py(), tuple.iter())
 }
 
 /// The treespec as a Python object, untracked by the collector when it holds nothing that
@@ -92,9 +120,13 @@ pub fn leaves_impl<'py>(
     opts: &Options<'_, 'py>,
 ) -> PyResult<Bound<'py, PyList>> {
     check_is_leaf(opts.is_leaf)?;
-    let flat =
-        registry::with_registry(|reg| flatten::flatten_opts::<false, true>(tree, opts, reg))?;
-    Ok(list_from_vec(tree.py(), flat.leaves))
+    let walked = registry::with_registry(|reg| {
+        flatten::flatten_or_sequence::<false, true>(tree, opts, reg)
+    })?;
+    Ok(match walked {
+        Walked::Sequence(..) => items_list(tree),
+        Walked::Flat(flat) => list_from_vec(tree.py(), flat.leaves),
+    })
 }
 
 /// The treespec under `opts`.
@@ -103,14 +135,14 @@ pub fn structure_impl<'py>(
     opts: &Options<'_, 'py>,
 ) -> PyResult<Bound<'py, PyTreeSpec>> {
     check_is_leaf(opts.is_leaf)?;
-    let flat =
-        registry::with_registry(|reg| flatten::flatten_opts::<true, false>(tree, opts, reg))?;
-    let acyclic = flat.acyclic;
-    spec_into_py(
-        tree.py(),
-        spec_of(flat.nodes, flat.namespaced, opts),
-        acyclic,
-    )
+    let walked = registry::with_registry(|reg| {
+        flatten::flatten_or_sequence::<true, false>(tree, opts, reg)
+    })?;
+    let (nodes, namespaced, acyclic) = match walked {
+        Walked::Sequence(kind, n) => (flatten::leaf_sequence_nodes(kind, n), false, true),
+        Walked::Flat(flat) => (flat.nodes, flat.namespaced, flat.acyclic),
+    };
+    spec_into_py(tree.py(), spec_of(nodes, namespaced, opts), acyclic)
 }
 
 /// `tree_unflatten(treespec, leaves)` with a clear error for a non-treespec.

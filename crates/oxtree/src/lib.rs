@@ -23,6 +23,9 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("NONE_IS_NODE", false)?;
     m.add("GLOBAL_NAMESPACE", "")?;
     m.add_class::<treespec::PyTreeSpec>()?;
+    // Imported now, so that no walk needs to import it (a walk of plain leaves then runs no
+    // Python code: see `flatten::leaf_sequence`).
+    types::collections(m.py());
     m.add("PyTreeKind", kind::py_tree_kind(m.py())?)?;
     api::register(m)?;
     paths::register(m)?;

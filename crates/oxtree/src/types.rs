@@ -61,6 +61,11 @@ pub fn collections(py: Python<'_>) -> &'static Collections {
     })
 }
 
+/// The `collections` types when an earlier call imported them (no import, no Python code).
+pub fn collections_if_ready(py: Python<'_>) -> Option<&'static Collections> {
+    COLLECTIONS.get(py)
+}
+
 /// How many tuple subclasses the classification cache holds before it starts over.
 const TUPLE_CACHE_LIMIT: usize = 1024;
 

@@ -32,7 +32,9 @@ pub use flatten::MAX_DEPTH;
 pub use pickle::rebuild_treespec;
 pub use repr::{body_labelled as repr_body_labelled, options as repr_options};
 pub use traverse::flatten_up_to;
-pub use unflatten::{build, collect_leaves, fill_mapping, make_node, unflatten_iterable};
+pub use unflatten::{
+    build, collect_leaves, fill_mapping, list_from, make_node, unflatten_iterable,
+};
 
 /// A list that takes over the references in `items` (whose buffer this thread keeps for the
 /// next walk: see `spare`).
