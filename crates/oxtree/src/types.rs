@@ -1,5 +1,6 @@
 //! Cached type pointers and the classification of tuple subclasses.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
@@ -167,6 +168,105 @@ pub fn is_namedtuple_class(ty: &Bound<'_, PyType>) -> bool {
             .getattr(intern!(py, "_make"))
             .map(|m| m.is_callable())
             .unwrap_or(false)
+}
+
+/// Namedtuple classes checked by `plain_namedtuple_arity`: the arity, or None.
+static PLAIN_NAMEDTUPLES: TypeCache<Option<usize>> = TypeCache::new(TUPLE_CACHE_LIMIT);
+
+/// The number of fields of `ty` when calling it with that many positional arguments is
+/// exactly `tuple.__new__(ty, args)`: a tuple subclass whose metaclass is `type`, whose
+/// `__init__` is object's, and whose `__new__` is the one `collections.namedtuple` generates
+/// (a function of `_cls` and one argument per field, whose body refers to no global but
+/// `_tuple_new`, which is `tuple.__new__`). None otherwise. Cached under the type's version
+/// tag, which any change of the class's attributes renews.
+pub fn plain_namedtuple_arity(ty: &Bound<'_, PyAny>) -> Option<usize> {
+    // In front of the shared cache (a lock and a hash lookup: an eighth of a namedtuple-heavy
+    // unflatten), each thread remembers a few types by address, checked with the version tag.
+    let tag = version_tag(ty);
+    let slot = (ty.as_ptr() as usize >> 4) % RECENT_NAMEDTUPLES;
+    if let Some(tag) = tag {
+        let (addr, seen_tag, arity) = RECENT.with(|r| r[slot].get());
+        if addr == ty.as_ptr() as usize && seen_tag == tag {
+            return arity;
+        }
+    }
+    let arity = match PLAIN_NAMEDTUPLES.get(ty) {
+        Some(arity) => arity,
+        None => {
+            let arity = find_plain_namedtuple_arity(ty).unwrap_or(None);
+            PLAIN_NAMEDTUPLES.insert(ty, arity);
+            arity
+        }
+    };
+    // The lookups may have given the type its tag.
+    if let Some(tag) = version_tag(ty) {
+        RECENT.with(|r| r[slot].set((ty.as_ptr() as usize, tag, arity)));
+    }
+    arity
+}
+
+/// How many namedtuple types each thread remembers in front of `PLAIN_NAMEDTUPLES`.
+const RECENT_NAMEDTUPLES: usize = 16;
+
+thread_local! {
+    /// (type address, version tag, arity) of namedtuple types looked at lately, by address.
+    static RECENT: [Cell<(usize, u32, Option<usize>)>; RECENT_NAMEDTUPLES] =
+        const { [const { Cell::new((0, 0, None)) }; RECENT_NAMEDTUPLES] };
+}
+
+#[cold]
+fn find_plain_namedtuple_arity(ty: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
+    let py = ty.py();
+    let Ok(cls) = ty.cast::<PyType>() else {
+        return Ok(None);
+    };
+    let raw: *mut ffi::PyTypeObject = cls.as_ptr().cast();
+    // SAFETY: a live type object and the static base types; these fields are plain data.
+    let plain_type = unsafe {
+        ffi::Py_TYPE(cls.as_ptr()) == std::ptr::addr_of_mut!(ffi::PyType_Type)
+            && (*raw).tp_flags & ffi::Py_TPFLAGS_TUPLE_SUBCLASS != 0
+            // Both pointers come from libpython, where object's `__init__` has one address.
+            && (*raw).tp_init.map(|f| f as usize)
+                == (*std::ptr::addr_of_mut!(ffi::PyBaseObject_Type))
+                    .tp_init
+                    .map(|f| f as usize)
+    };
+    if !plain_type {
+        return Ok(None);
+    }
+    let fields = cls.getattr(intern!(py, "_fields"))?;
+    let Ok(fields) = fields.cast::<PyTuple>() else {
+        return Ok(None);
+    };
+    let new = cls.getattr(intern!(py, "__new__"))?;
+    if !new.is_instance_of::<pyo3::types::PyFunction>() {
+        return Ok(None);
+    }
+    let tuple_new = py.get_type::<PyTuple>().getattr(intern!(py, "__new__"))?;
+    let globals = new.getattr(intern!(py, "__globals__"))?;
+    let Ok(globals) = globals.cast::<pyo3::types::PyDict>() else {
+        return Ok(None);
+    };
+    match globals.get_item(intern!(py, "_tuple_new"))? {
+        Some(f) if f.is(&tuple_new) => {}
+        _ => return Ok(None),
+    }
+    let code = new.getattr(intern!(py, "__code__"))?;
+    let names = code.getattr(intern!(py, "co_names"))?;
+    let only_tuple_new = names.cast::<PyTuple>().is_ok_and(|n| {
+        n.len() == 1
+            && n.get_item(0)
+                .is_ok_and(|g| g.eq("_tuple_new").unwrap_or(false))
+    });
+    let argcount: usize = code.getattr(intern!(py, "co_argcount"))?.extract()?;
+    let kwonly: usize = code.getattr(intern!(py, "co_kwonlyargcount"))?.extract()?;
+    let flags: u32 = code.getattr(intern!(py, "co_flags"))?.extract()?;
+    // CO_VARARGS | CO_VARKEYWORDS
+    let star_args = flags & (0x04 | 0x08) != 0;
+    Ok(
+        (only_tuple_new && argcount == fields.len() + 1 && kwonly == 0 && !star_args)
+            .then_some(fields.len()),
+    )
 }
 
 /// A struct sequence class (`time.struct_time`, `os.stat_result`): a final tuple subclass

@@ -133,6 +133,9 @@ fn build_values<'py>(
             }
             (Kind::Tuple, Visit::Rebuild) => seq_from_top(py, stack, node.arity, false),
             (Kind::List, Visit::Rebuild) => seq_from_top(py, stack, node.arity, true),
+            (Kind::NamedTuple, Visit::Rebuild) => {
+                namedtuple_from_top(node.kept_data(py), stack, node.arity)?
+            }
             (_, Visit::Rebuild) => {
                 let start = stack.len() - node.arity;
                 make_node(py, spec.face, node, stack.drain(start..))?
@@ -251,25 +254,39 @@ fn seq_from_top<'py>(
     n: usize,
     list: bool,
 ) -> Bound<'py, PyAny> {
-    let start = stack.len() - n;
-    // SAFETY: the new sequence has `n` NULL slots (NULL itself on memory error, which
+    // SAFETY: a new sequence of `n` NULL slots (NULL itself on memory error, which
     // `from_owned_ptr` turns into a panic caught at the boundary, the stack still owning its
-    // values). Each slot is then filled once with a reference read out of the stack, whose
-    // length is cut below those values at once, so each reference changes owner exactly
-    // once; nothing between can run Python code.
+    // values), filled with the matching `SET_ITEM`.
     unsafe {
-        let (seq, set): (
-            _,
-            unsafe fn(*mut ffi::PyObject, ffi::Py_ssize_t, *mut ffi::PyObject),
-        ) = if list {
-            (ffi::PyList_New(n as ffi::Py_ssize_t), ffi::PyList_SET_ITEM)
+        if list {
+            let seq = Bound::from_owned_ptr(py, ffi::PyList_New(n as ffi::Py_ssize_t));
+            move_top_into(&seq, stack, n, ffi::PyList_SET_ITEM);
+            seq
         } else {
-            (
-                ffi::PyTuple_New(n as ffi::Py_ssize_t),
-                ffi::PyTuple_SET_ITEM,
-            )
-        };
-        let seq = Bound::from_owned_ptr(py, seq);
+            let seq = Bound::from_owned_ptr(py, ffi::PyTuple_New(n as ffi::Py_ssize_t));
+            move_top_into(&seq, stack, n, ffi::PyTuple_SET_ITEM);
+            seq
+        }
+    }
+}
+
+/// Moves the top `n` values of `stack` into the `n` NULL slots of `seq` with `set`.
+///
+/// # Safety
+/// `seq` must be a new tuple (or tuple subclass instance) or list of exactly `n` NULL slots,
+/// seen by no other code yet, and `set` the matching `SET_ITEM`.
+#[inline(always)]
+unsafe fn move_top_into<'py>(
+    seq: &Bound<'py, PyAny>,
+    stack: &mut Vec<Bound<'py, PyAny>>,
+    n: usize,
+    set: unsafe fn(*mut ffi::PyObject, ffi::Py_ssize_t, *mut ffi::PyObject),
+) {
+    let start = stack.len() - n;
+    // SAFETY: each slot is filled once with a reference read out of the stack, whose length
+    // is cut below those values at once, so each reference changes owner exactly once;
+    // nothing between can run Python code.
+    unsafe {
         let values = stack.as_ptr().add(start);
         for i in 0..n {
             set(
@@ -279,7 +296,37 @@ fn seq_from_top<'py>(
             );
         }
         stack.set_len(start);
-        seq
+    }
+}
+
+/// A new instance of the namedtuple class `ty` that takes over the top `n` values of
+/// `stack`: what `ty(*values)` gives. A class exactly as `collections.namedtuple` (or
+/// `typing.NamedTuple`) made it is allocated and filled here, as `tuple.__new__(ty, values)`
+/// would (all its Python-level `__new__` does): no Python frame, argument tuple or
+/// intermediate tuple per namedtuple (they were two fifths of a mixed tree's unflatten).
+fn namedtuple_from_top<'py>(
+    ty: &Bound<'py, PyAny>,
+    stack: &mut Vec<Bound<'py, PyAny>>,
+    n: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = ty.py();
+    if types::plain_namedtuple_arity(ty) != Some(n) {
+        return ty.call1(seq_from_top(py, stack, n, false).cast_into::<PyTuple>()?);
+    }
+    let raw: *mut ffi::PyTypeObject = ty.as_ptr().cast();
+    // SAFETY: `ty` is a tuple subclass (checked, with its version tag, by
+    // `plain_namedtuple_arity`). Its `tp_alloc` returns a new instance with `n` NULL slots
+    // (or NULL with an exception set, the stack still owning its values), each filled once;
+    // a collection meanwhile would skip NULL slots, and none can run, as nothing here runs
+    // Python code. The instance is then tracked by the collector as `tuple.__new__` leaves it.
+    unsafe {
+        let alloc = (*raw).tp_alloc.unwrap_or(ffi::PyType_GenericAlloc);
+        let obj = Bound::from_owned_ptr_or_err(py, alloc(raw, n as ffi::Py_ssize_t))?;
+        move_top_into(&obj, stack, n, ffi::PyTuple_SET_ITEM);
+        if ffi::PyObject_GC_IsTracked(obj.as_ptr()) == 0 {
+            ffi::PyObject_GC_Track(obj.as_ptr().cast());
+        }
+        Ok(obj)
     }
 }
 
@@ -393,7 +440,11 @@ pub fn make_node<'py>(
         Kind::Tuple => tuple_from(py, children).into_any(),
         Kind::List => list_from(py, children).into_any(),
         Kind::Dict => dict_from(py, node, &mut children.collect(), 0, face)?,
-        Kind::NamedTuple => data().call1(tuple_from(py, children))?,
+        Kind::NamedTuple => {
+            let mut values = children.collect::<Vec<_>>();
+            let n = values.len();
+            namedtuple_from_top(data(), &mut values, n)?
+        }
         Kind::StructSeq => data().call1((tuple_from(py, children),))?,
         Kind::OrderedDict => {
             let d = types::collections(py).ordered_dict.bind(py).call0()?;
