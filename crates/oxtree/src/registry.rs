@@ -32,6 +32,9 @@ pub enum Rule {
         data: Vec<Py<PyString>>,
         meta: Vec<Py<PyString>>,
         call_init: bool,
+        /// The data fields' names then the meta fields', as one tuple: the keyword names of
+        /// a vectorcall of `__init__`.
+        kwnames: Py<PyTuple>,
     },
     /// A leafless node whose value (hashable) lives in the treedef.
     Static,
@@ -372,10 +375,13 @@ pub fn _register_dataclass_fields<'py>(
             .map(|n| PyString::intern(cls.py(), &n.to_string_lossy()).unbind())
             .collect()
     };
+    let (data, meta) = (intern(data_fields), intern(meta_fields));
+    let kwnames = PyTuple::new(cls.py(), data.iter().chain(&meta).collect::<Vec<_>>())?.unbind();
     let rule = Rule::Dataclass {
-        data: intern(data_fields),
-        meta: intern(meta_fields),
+        data,
+        meta,
         call_init,
+        kwnames,
     };
     insert(ty, rule, namespace)?;
     Ok(cls.clone())

@@ -271,10 +271,14 @@ pub fn unflatten<'py>(
             data,
             meta,
             call_init,
+            kwnames,
         } => {
             let ty = reg.ty.bind(py);
             let meta_values = aux.cast::<PyTuple>()?;
             if *call_init {
+                if let Some(obj) = init_directly(ty, kwnames.bind(py), &children, meta_values)? {
+                    return Ok(obj);
+                }
                 let kwargs = PyDict::new(py);
                 for (name, value) in data.iter().zip(children.iter()) {
                     kwargs.set_item(name.bind(py), value)?;
@@ -311,6 +315,84 @@ pub fn unflatten<'py>(
         }
     }
 }
+
+/// `ty(**dict(zip(kwnames, children + meta_values)))` without the keyword dict, when
+/// calling the class does no more than `object.__new__(ty)` then `ty.__init__(obj, ...)`:
+/// its metaclass is `type`, its `__new__` is object's and its `__init__` a Python function,
+/// which is then vectorcalled with the names as keywords. None (nothing done) otherwise. The
+/// dict built and unpacked for every instance was a tenth of a dataclass-heavy unflatten.
+fn init_directly<'py>(
+    ty: &Bound<'py, pyo3::types::PyType>,
+    kwnames: &Bound<'py, PyTuple>,
+    children: &Bound<'py, PyTuple>,
+    meta_values: &Bound<'py, PyTuple>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let py = ty.py();
+    let raw: *mut ffi::PyTypeObject = ty.as_ptr().cast();
+    let n = children.len() + meta_values.len();
+    // SAFETY: a live type object and the static base types; these fields are plain data.
+    // Both `tp_new` pointers come from libpython, where object's `__new__` has one address.
+    let plain = unsafe {
+        ffi::Py_TYPE(ty.as_ptr()) == std::ptr::addr_of_mut!(ffi::PyType_Type)
+            && (*raw).tp_new.map(|f| f as usize)
+                == (*std::ptr::addr_of_mut!(ffi::PyBaseObject_Type))
+                    .tp_new
+                    .map(|f| f as usize)
+    };
+    if !plain || n != kwnames.len() || n > MAX_DIRECT_FIELDS {
+        return Ok(None);
+    }
+    let init = ty.getattr(pyo3::intern!(py, "__init__"))?;
+    if !init.is_exact_instance_of::<pyo3::types::PyFunction>() {
+        return Ok(None);
+    }
+    // SAFETY: object's `tp_new`, called for a class whose `tp_new` it is, with an empty
+    // argument tuple and no keywords: it raises for an abstract class, as calling the class
+    // would, and returns a new reference or NULL with an exception set.
+    let obj = unsafe {
+        let new = (*std::ptr::addr_of_mut!(ffi::PyBaseObject_Type))
+            .tp_new
+            .expect("object has tp_new");
+        Bound::from_owned_ptr_or_err(
+            py,
+            new(raw, PyTuple::empty(py).as_ptr(), std::ptr::null_mut()),
+        )?
+    };
+    // Slot 0 is free for the callee (PY_VECTORCALL_ARGUMENTS_OFFSET), slot 1 is `self`.
+    let mut args: [*mut ffi::PyObject; MAX_DIRECT_FIELDS + 2] =
+        [std::ptr::null_mut(); MAX_DIRECT_FIELDS + 2];
+    args[1] = obj.as_ptr();
+    for (slot, value) in args[2..]
+        .iter_mut()
+        .zip(children.iter_borrowed().chain(meta_values.iter_borrowed()))
+    {
+        *slot = value.as_ptr();
+    }
+    // SAFETY: `args[1..]` holds `self` and `n` values borrowed from live tuples (and `obj`)
+    // for the duration of the call; the keyword names are a tuple of `n` str; the result is a
+    // new reference or NULL with an exception set.
+    let result = unsafe {
+        Bound::from_owned_ptr_or_err(
+            py,
+            ffi::PyObject_Vectorcall(
+                init.as_ptr(),
+                args.as_mut_ptr().add(1),
+                1 | ffi::PY_VECTORCALL_ARGUMENTS_OFFSET,
+                kwnames.as_ptr(),
+            ),
+        )?
+    };
+    if !result.is_none() {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "__init__() should return None, not '{}'",
+            crate::errors::type_name(&result)
+        )));
+    }
+    Ok(Some(obj))
+}
+
+/// The most fields `init_directly` passes (on the native stack); more go through a dict.
+const MAX_DIRECT_FIELDS: usize = 30;
 
 /// The field names of a dataclass node's children, if the rule knows them.
 pub fn child_names(reg: &Registration) -> Option<&[Py<pyo3::types::PyString>]> {
