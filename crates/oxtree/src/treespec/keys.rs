@@ -3,11 +3,12 @@
 //! Each node's child entries are made once and shared by every leaf below them; each leaf's
 //! path is one tuple. The walk is pre-order over the post-order nodes, with an explicit stack.
 
-use pyo3::prelude::*;
 use std::cell::RefCell;
 use std::thread::LocalKey;
 
+use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyString, PyTuple};
+use smallvec::SmallVec;
 
 use super::{custom, Node, PyTreeSpec};
 use crate::kind::Kind;
@@ -238,10 +239,10 @@ pub fn leaf_paths<'py>(
     style: KeyStyle,
 ) -> PyResult<Vec<Bound<'py, PyTuple>>> {
     let mut out = Vec::with_capacity(spec.num_leaves());
-    // Sized up front: growing both from empty was a tenth of the paths of a 3-leaf tuple.
-    let room = spec.nodes.len().min(64);
-    let mut prefix: Vec<Bound<'py, PyAny>> = Vec::with_capacity(room.min(16));
-    let mut tasks = Vec::with_capacity(room);
+    // On the native stack while small: growing both from empty was a tenth of the paths of a
+    // 3-leaf tuple, and allocating them up front a twentieth.
+    let mut prefix: SmallVec<[Bound<'py, PyAny>; 16]> = SmallVec::new();
+    let mut tasks: SmallVec<[Task<'py>; 32]> = SmallVec::new();
     tasks.push(Task::Enter(spec.nodes.len() - 1, None));
     while let Some(task) = tasks.pop() {
         let (idx, key) = match task {
