@@ -33,14 +33,17 @@ fn namespace_of(flat_namespaced: bool, namespace: &str) -> String {
     }
 }
 
-/// The treespec a walk produced, with the options it was made under.
+/// The treespec a walk produced (its nodes and the registrations they point to), with the
+/// options it was made under.
 pub fn spec_of(
     flat_nodes: Vec<crate::treespec::Node>,
+    registrations: Vec<std::sync::Arc<registry::Registration>>,
     namespaced: bool,
     opts: &Options<'_, '_>,
 ) -> PyTreeSpec {
-    PyTreeSpec::new(
+    PyTreeSpec::from_walk(
         flat_nodes,
+        registrations,
         opts.none_is_leaf,
         namespace_of(namespaced, opts.namespace),
     )
@@ -55,21 +58,27 @@ pub fn flatten_impl<'py>(
     check_is_leaf(opts.is_leaf)?;
     let walked =
         registry::with_registry(|reg| flatten::flatten_or_sequence::<true, true>(tree, opts, reg))?;
-    let (leaves, nodes, namespaced, acyclic) = match walked {
+    let (leaves, nodes, registrations, namespaced, acyclic) = match walked {
         Walked::Sequence(kind, n) => (
             items_list(tree),
             flatten::leaf_sequence_nodes(kind, n),
+            Vec::new(),
             false,
             true,
         ),
         Walked::Flat(flat) => (
             list_from_vec(tree.py(), flat.leaves),
             flat.nodes,
+            flat.registrations,
             flat.namespaced,
             flat.acyclic,
         ),
     };
-    let spec = spec_into_py(tree.py(), spec_of(nodes, namespaced, opts), acyclic)?;
+    let spec = spec_into_py(
+        tree.py(),
+        spec_of(nodes, registrations, namespaced, opts),
+        acyclic,
+    )?;
     Ok((leaves, spec))
 }
 
@@ -138,11 +147,25 @@ pub fn structure_impl<'py>(
     let walked = registry::with_registry(|reg| {
         flatten::flatten_or_sequence::<true, false>(tree, opts, reg)
     })?;
-    let (nodes, namespaced, acyclic) = match walked {
-        Walked::Sequence(kind, n) => (flatten::leaf_sequence_nodes(kind, n), false, true),
-        Walked::Flat(flat) => (flat.nodes, flat.namespaced, flat.acyclic),
+    let (nodes, registrations, namespaced, acyclic) = match walked {
+        Walked::Sequence(kind, n) => (
+            flatten::leaf_sequence_nodes(kind, n),
+            Vec::new(),
+            false,
+            true,
+        ),
+        Walked::Flat(flat) => (
+            flat.nodes,
+            flat.registrations,
+            flat.namespaced,
+            flat.acyclic,
+        ),
     };
-    spec_into_py(tree.py(), spec_of(nodes, namespaced, opts), acyclic)
+    spec_into_py(
+        tree.py(),
+        spec_of(nodes, registrations, namespaced, opts),
+        acyclic,
+    )
 }
 
 /// `tree_unflatten(treespec, leaves)` with a clear error for a non-treespec.
@@ -175,7 +198,7 @@ pub fn map_impl<'py>(
     }
     check_is_leaf(opts.is_leaf)?;
     let flat = registry::with_registry(|reg| flatten::flatten_opts::<true, true>(tree, opts, reg))?;
-    let spec = spec_of(flat.nodes, flat.namespaced, opts);
+    let spec = spec_of(flat.nodes, flat.registrations, flat.namespaced, opts);
     let mut results = Vec::with_capacity(if keep_results { flat.leaves.len() } else { 0 });
     if rests.is_empty() {
         for leaf in &flat.leaves {
@@ -281,7 +304,7 @@ pub fn paths_impl<'py>(
     };
     let flat =
         registry::with_registry(|reg| flatten::flatten_opts::<true, true>(tree, &opts, reg))?;
-    let spec = spec_of(flat.nodes, flat.namespaced, &opts);
+    let spec = spec_of(flat.nodes, flat.registrations, flat.namespaced, &opts);
     let paths = keys::leaf_paths(&spec, tree.py(), style)?;
     Ok((paths, flat.leaves, spec))
 }
@@ -644,7 +667,7 @@ pub fn _flatten_one_level<'py>(
         ..Options::new(None, none_is_leaf, namespace)
     };
     let flat = registry::with_registry(|reg| flatten::flatten_one_level(tree, &opts, reg))?;
-    let spec = spec_of(flat.nodes, flat.namespaced, &opts);
+    let spec = spec_of(flat.nodes, flat.registrations, flat.namespaced, &opts);
     Ok((list_from_vec(tree.py(), flat.leaves), spec))
 }
 

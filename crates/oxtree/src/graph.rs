@@ -343,7 +343,7 @@ pub fn graph_flatten<'py>(
     let acyclic = g.flat.acyclic;
     let skeleton = api::spec_into_py(
         py,
-        api::spec_of(g.flat.nodes, g.flat.namespaced, &opts),
+        api::spec_of(g.flat.nodes, g.flat.registrations, g.flat.namespaced, &opts),
         acyclic,
     )?;
     let gd = GraphDef {

@@ -88,7 +88,7 @@ fn equal_nodes(py: Python<'_>, a: &Node, b: &Node) -> PyResult<bool> {
     // without meta fields has the empty tuple): decided here too.
     if a.kind == Kind::Custom {
         if let (Some(x), Some(y), Some(d), Some(e)) = (a.custom(), b.custom(), &a.data, &b.data) {
-            if std::sync::Arc::ptr_eq(x, y) && d.as_ptr() == e.as_ptr() {
+            if std::ptr::eq(x, y) && d.as_ptr() == e.as_ptr() {
                 return Ok(true);
             }
         }
@@ -111,7 +111,7 @@ pub fn same_node(py: Python<'_>, a: &Node, b: &Node) -> PyResult<bool> {
             // The same registration, not just the same type: a type unregistered and
             // registered again with other rules makes other structures.
             let same_type = match (a.custom(), b.custom()) {
-                (Some(x), Some(y)) => std::sync::Arc::ptr_eq(x, y),
+                (Some(x), Some(y)) => std::ptr::eq(x, y),
                 _ => false,
             };
             same_type && equal_objects(py, &a.data, &b.data)?
@@ -188,10 +188,7 @@ pub fn hash(spec: &PyTreeSpec, py: Python<'_>) -> PyResult<isize> {
                 }
             }
             Kind::Custom => {
-                h = mix(
-                    h,
-                    node.custom().as_ref().map_or(0, |r| r.ty.as_ptr() as u64),
-                );
+                h = mix(h, node.custom().map_or(0, |r| r.ty.as_ptr() as u64));
                 // JAX's face accepts unhashable aux data: its hash leaves aux data out
                 // (equal treespecs still hash alike).
                 if let (Some(aux), super::Face::Optree) = (&node.data, spec.face) {

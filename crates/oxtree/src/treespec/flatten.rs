@@ -96,6 +96,8 @@ pub struct Flat<'py> {
     /// True when the nodes hold no object that could be part of a reference cycle (only
     /// untracked key lists and ints): the treespec need not be tracked by the collector.
     pub acyclic: bool,
+    /// One reference to each registration the custom nodes point to (see `RegRef`).
+    pub registrations: Vec<Arc<Registration>>,
 }
 
 /// The children of the container a frame walks.
@@ -290,6 +292,9 @@ pub struct Flattener<
     /// come in runs (a list of dataclasses), so most skip the registry's hash lookup. The
     /// registration holds its type, so the address cannot be reused mid-walk.
     last_custom: Option<(*mut ffi::PyTypeObject, &'a Arc<Registration>)>,
+    /// One reference to each registration the walk's nodes point to, taken when a class is
+    /// first met (the nodes themselves hold plain pointers: see `RegRef`).
+    registrations: Vec<Arc<Registration>>,
     /// Graph walks only: the containers seen so far.
     memo: Memo<'py>,
     /// The nodes of open frames whose kinds carry data, innermost last.
@@ -325,6 +330,7 @@ impl<
             face: Face::Optree,
             leaf_types: [None, None],
             last_custom: None,
+            registrations: Vec::new(),
             memo: Memo::default(),
             payloads: Vec::new(),
             pending: Vec::new(),
@@ -384,6 +390,7 @@ impl<
             nodes: self.nodes,
             namespaced: self.namespaced,
             acyclic: self.acyclic,
+            registrations: self.registrations,
         }
     }
 
@@ -542,9 +549,12 @@ impl<
             self.leaf(obj);
             return Ok(());
         }
-        let class = match self.last_custom {
-            Some((t, reg)) if t == obj.get_type_ptr() => Class::Custom(reg),
-            _ => classify_other(&obj, self.registry, self.namespace, self.face),
+        let (class, known) = match self.last_custom {
+            Some((t, reg)) if t == obj.get_type_ptr() => (Class::Custom(reg), true),
+            _ => (
+                classify_other(&obj, self.registry, self.namespace, self.face),
+                false,
+            ),
         };
         if !matches!(class, Class::Leaf) && self.seen_before(&obj) {
             return Ok(());
@@ -559,8 +569,10 @@ impl<
             }
             Class::NoneNode => unreachable!("None takes the fast path"),
             Class::Custom(reg) => {
+                if NODES && !known {
+                    self.keep_registration(reg);
+                }
                 self.last_custom = Some((obj.get_type_ptr(), reg));
-                let reg = reg.clone();
                 if !reg.namespace.is_empty() {
                     self.namespaced = true;
                 }
@@ -686,10 +698,18 @@ impl<
         )
     }
 
+    /// Takes a reference to `reg` for the treespec, unless the walk has one already.
+    #[cold]
+    fn keep_registration(&mut self, reg: &Arc<Registration>) {
+        if !self.registrations.iter().any(|r| Arc::ptr_eq(r, reg)) {
+            self.registrations.push(reg.clone());
+        }
+    }
+
     fn open_custom(
         &mut self,
         obj: Bound<'py, PyAny>,
-        reg: Arc<Registration>,
+        reg: &'a Arc<Registration>,
         stack: &mut Vec<Frame<'py>>,
     ) -> PyResult<()> {
         let py = self.py;
@@ -702,7 +722,7 @@ impl<
             // Meta values go into the treedef, which is hashed and compared.
             let aux = super::custom::dataclass_aux(py, meta, &obj)?;
             if !meta.is_empty() && self.face != Face::Jax {
-                self.check_hashable_aux(&reg, &aux)?;
+                self.check_hashable_aux(reg, &aux)?;
             }
             return self.push_node(
                 obj,
@@ -712,11 +732,11 @@ impl<
                 stack,
                 |node| {
                     node.data = Some(aux.unbind());
-                    node.set_custom(Some(reg));
+                    node.set_custom(reg);
                 },
             );
         }
-        let (children, aux, mut entries) = super::custom::flatten(py, &reg, &obj, self.with_keys)?;
+        let (children, aux, mut entries) = super::custom::flatten(py, reg, &obj, self.with_keys)?;
         if self.with_keys {
             if let (
                 Some(e),
@@ -742,7 +762,7 @@ impl<
             || aux.is_none()
             || (aux.is_exact_instance_of::<PyTuple>() && aux.len()? == 0);
         if !known_hashable {
-            self.check_hashable_aux(&reg, &aux)?;
+            self.check_hashable_aux(reg, &aux)?;
         }
         let n = children.len();
         let items = match children {
@@ -761,7 +781,7 @@ impl<
             stack,
             |node| {
                 node.data = Some(aux.unbind());
-                node.set_custom(Some(reg));
+                node.set_custom(reg);
                 node.set_entries(entries.map(Bound::unbind));
             },
         )

@@ -36,7 +36,6 @@ fn field_name<'py>(
         }
         Kind::Custom => node
             .custom()
-            .as_ref()
             .and_then(|r| custom::child_names(r))
             .and_then(|names| names.get(j))
             .map(|n| n.bind(py).clone()),

@@ -81,8 +81,38 @@ pub struct Node {
     keys: Option<Py<PyList>>,
     /// Custom nodes: how to put the node back together (inline: registered nodes are as
     /// common as dicts in some trees, dataclass-heavy ones above all).
-    custom: Option<Arc<Registration>>,
+    custom: Option<RegRef>,
     extra: Option<Box<NodeExtra>>,
+}
+
+/// A registered node's registration, as a plain pointer: cloning and dropping an `Arc` per
+/// node were two atomic operations each (perf: an eighth of a dataclass-heavy flatten). The
+/// treespec that holds the node holds one `Arc` of each registration its nodes point to
+/// (`PyTreeSpec::registrations`, taken by `PyTreeSpec::new`); until then whoever made the
+/// node keeps the registration alive (a walk, in `Flat::registrations`).
+#[derive(Clone, Copy)]
+pub struct RegRef(std::ptr::NonNull<Registration>);
+
+// SAFETY: a `RegRef` is a shared reference to a `Registration` (which is `Send + Sync`, as
+// `Arc<Registration>` is shared across threads) that some `Arc` keeps alive.
+unsafe impl Send for RegRef {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for RegRef {}
+
+impl RegRef {
+    pub fn new(reg: &Arc<Registration>) -> RegRef {
+        RegRef(std::ptr::NonNull::from(&**reg))
+    }
+
+    fn get(&self) -> &Registration {
+        // SAFETY: the registration is kept alive by an `Arc` for as long as a node holding
+        // this pointer lives (see the type's documentation).
+        unsafe { self.0.as_ref() }
+    }
+
+    fn as_ptr(&self) -> *const Registration {
+        self.0.as_ptr()
+    }
 }
 
 /// The payloads of mapping and custom nodes.
@@ -169,8 +199,8 @@ impl Node {
             .and_then(|e| e.insertion.as_deref())
             .map(Insertion::Slice)
     }
-    pub fn custom(&self) -> &Option<Arc<Registration>> {
-        &self.custom
+    pub fn custom(&self) -> Option<&Registration> {
+        self.custom.as_ref().map(RegRef::get)
     }
     pub fn entries(&self) -> &Option<Py<PyTuple>> {
         self.extra.as_ref().map_or(NO_ENTRIES, |e| &e.entries)
@@ -204,8 +234,10 @@ impl Node {
             }
         }
     }
-    pub fn set_custom(&mut self, custom: Option<Arc<Registration>>) {
-        self.custom = custom;
+    /// Points the node at `reg`, which the caller keeps alive until the node is in a
+    /// treespec (see `RegRef`).
+    pub fn set_custom(&mut self, reg: &Arc<Registration>) {
+        self.custom = Some(RegRef::new(reg));
     }
     pub fn set_entries(&mut self, entries: Option<Py<PyTuple>>) {
         if self.wants_extra(&entries) {
@@ -222,7 +254,7 @@ impl Node {
             num_nodes: self.num_nodes,
             data: self.data.as_ref().map(|d| d.clone_ref(py)),
             keys: self.keys.as_ref().map(|k| k.clone_ref(py)),
-            custom: self.custom.clone(),
+            custom: self.custom,
             extra: self.extra.as_ref().map(|e| {
                 Box::new(NodeExtra {
                     insertion: e.insertion.clone(),
@@ -261,7 +293,7 @@ impl Node {
                 .into_any(),
             Kind::Deque => types::collections(py).deque.bind(py).clone().into_any(),
             Kind::NamedTuple | Kind::StructSeq => self.data.as_ref()?.bind(py).clone(),
-            Kind::Custom => self.custom().as_ref()?.ty.bind(py).clone().into_any(),
+            Kind::Custom => self.custom()?.ty.bind(py).clone().into_any(),
         })
     }
 
@@ -289,7 +321,6 @@ impl Node {
             Kind::Custom => {
                 let name = self
                     .custom()
-                    .as_ref()
                     .and_then(|r| custom::child_names(r))
                     .and_then(|names| names.get(j))
                     .map(|n| n.bind(py).to_string_lossy().into_owned());
@@ -352,6 +383,9 @@ pub struct PyTreeSpec {
     pub(crate) namespace: String,
     pub(crate) face: Face,
     pub(crate) hash: OnceLock<isize>,
+    /// One reference to each registration the custom nodes point to (see `RegRef`): held,
+    /// never read.
+    _registrations: Vec<Arc<Registration>>,
 }
 
 impl Drop for PyTreeSpec {
@@ -375,15 +409,58 @@ impl Drop for PyTreeSpec {
     }
 }
 
+/// One `Arc` of each registration the custom nodes of `nodes` point to, all of which must be
+/// alive (held by some `Arc`) during the call.
+fn registrations_of(nodes: &[Node]) -> Vec<Arc<Registration>> {
+    let mut ptrs: Vec<*const Registration> = Vec::new();
+    for reg in nodes.iter().filter_map(|n| n.custom) {
+        if ptrs.last() != Some(&reg.as_ptr()) {
+            ptrs.push(reg.as_ptr());
+        }
+    }
+    ptrs.sort_unstable();
+    ptrs.dedup();
+    ptrs.into_iter()
+        .map(|p| {
+            // SAFETY: `p` points into a live `Arc<Registration>` allocation (the caller's
+            // contract); counting one more reference and taking it as an `Arc` is the clone
+            // of that `Arc`.
+            unsafe {
+                Arc::increment_strong_count(p);
+                Arc::from_raw(p)
+            }
+        })
+        .collect()
+}
+
 impl PyTreeSpec {
+    /// A treespec of `nodes`, which takes a reference to each registration they point to.
+    /// Those registrations must be alive during the call: the nodes come from a live
+    /// treespec, or their maker holds the registrations (see `RegRef`).
     pub fn new(nodes: Vec<Node>, none_is_leaf: bool, namespace: String) -> PyTreeSpec {
+        let registrations = registrations_of(&nodes);
+        PyTreeSpec::from_walk(nodes, registrations, none_is_leaf, namespace)
+    }
+
+    /// A treespec of the nodes a walk made, given the registrations the walk took (every one
+    /// its nodes point to: no scan of the nodes).
+    pub fn from_walk(
+        nodes: Vec<Node>,
+        registrations: Vec<Arc<Registration>>,
+        none_is_leaf: bool,
+        namespace: String,
+    ) -> PyTreeSpec {
         debug_assert!(!nodes.is_empty());
+        debug_assert!(nodes.iter().filter_map(|n| n.custom).all(|r| registrations
+            .iter()
+            .any(|k| std::ptr::eq(Arc::as_ptr(k), r.as_ptr()))));
         PyTreeSpec {
             nodes,
             none_is_leaf,
             namespace,
             face: Face::Optree,
             hash: OnceLock::new(),
+            _registrations: registrations,
         }
     }
 

@@ -414,6 +414,8 @@ pub fn from_jax_node_data(
     let arity = children.len();
     let c = crate::types::collections(py);
     let is = |t: &Bound<'_, PyType>| ty.is(t);
+    // Keeps the registration of a custom node alive until its treespec holds it.
+    let mut registration = None;
     let mut node = if is(&py.get_type::<PyTuple>()) {
         Node::bare(Kind::Tuple, arity, 0, 0)
     } else if is(&py.get_type::<PyList>()) {
@@ -462,7 +464,8 @@ pub fn from_jax_node_data(
         })?;
         let mut n = Node::bare(Kind::Custom, arity, 0, 0);
         n.data = Some(data.unbind());
-        n.set_custom(Some(found.clone()));
+        n.set_custom(found);
+        registration = Some(found.clone());
         n
     };
     node.num_leaves = arity;
@@ -470,5 +473,6 @@ pub fn from_jax_node_data(
     let mut nodes: Vec<Node> = (0..arity).map(|_| Node::LEAF).collect();
     nodes.push(node);
     let shape = PyTreeSpec::new(nodes, false, String::new()).with_face(super::Face::Jax);
+    drop(registration);
     graft(py, &shape, children)
 }

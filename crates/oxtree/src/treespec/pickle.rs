@@ -152,6 +152,8 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
     // (num_leaves, num_nodes) of each completed subtree not yet claimed by a parent.
     let mut pending: Vec<(usize, usize)> = Vec::new();
     let mut nodes = Vec::with_capacity(raw.len());
+    // Keeps the custom nodes' registrations alive until their treespec holds them.
+    let mut registrations = Vec::new();
     for (i, item) in raw.iter().enumerate() {
         let mut node_entries: Option<Py<PyTuple>> = None;
         let t = item
@@ -301,7 +303,8 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
                             ty.name().map(|n| n.to_string()).unwrap_or_default()
                         ))
                     })?;
-                node.set_custom(Some(found));
+                node.set_custom(&found);
+                registrations.push(found);
                 node.data = Some(data.unbind());
             }
         }
@@ -335,5 +338,7 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
             "a JAX treespec has no deque or struct sequence nodes and None is never a leaf",
         ));
     }
-    Ok(PyTreeSpec::new(nodes, none_is_leaf, namespace).with_face(face))
+    let spec = PyTreeSpec::new(nodes, none_is_leaf, namespace).with_face(face);
+    drop(registrations);
+    Ok(spec)
 }

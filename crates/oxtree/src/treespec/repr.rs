@@ -129,7 +129,7 @@ pub fn body_labelled(
                     }
                 }
                 Kind::Custom => {
-                    let reg = node.custom().as_ref().expect("kept");
+                    let reg = node.custom().expect("kept");
                     let aux = node.kept_data(py);
                     let name = reg.name(py);
                     match custom::child_names(reg) {
@@ -196,7 +196,7 @@ fn jax_custom_label(py: Python<'_>, node: &super::Node) -> PyResult<(String, Str
         ),
         _ => {
             // JAX prints a custom node's aux data with str().
-            let reg = node.custom().as_ref().expect("kept");
+            let reg = node.custom().expect("kept");
             (reg.name(py), data().str()?.to_string())
         }
     })

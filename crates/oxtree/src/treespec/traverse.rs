@@ -132,10 +132,7 @@ fn node_children<'py>(
             out.extend(items);
         }
         Kind::Custom => {
-            let reg = node
-                .custom()
-                .as_ref()
-                .expect("custom nodes keep their registration");
+            let reg = node.custom().expect("custom nodes keep their registration");
             if obj.get_type().as_ptr() != reg.ty.as_ptr() {
                 return Ok(false);
             }
@@ -188,7 +185,6 @@ pub fn describe_node(py: Python<'_>, node: &Node) -> String {
         Kind::Custom => {
             let name = node
                 .custom()
-                .as_ref()
                 .map(|r| r.name(py))
                 .unwrap_or_else(|| "?".into());
             let aux = node

@@ -467,10 +467,7 @@ pub fn make_node<'py>(
                 .call1((items, data()))?
         }
         Kind::Custom => {
-            let reg = node
-                .custom()
-                .as_ref()
-                .expect("custom nodes keep their registration");
+            let reg = node.custom().expect("custom nodes keep their registration");
             super::custom::unflatten(py, reg, data(), tuple_from(py, children))?
         }
         Kind::Leaf | Kind::None => unreachable!("leaves and None have no children"),
