@@ -5,7 +5,7 @@ use pyo3::types::{PyList, PyTuple};
 
 use crate::errors::{type_name, TreeError};
 use crate::registry;
-use crate::treespec::flatten::{self, Class, Options, Walked};
+use crate::treespec::flatten::{self, Class, Flat, Options, Walked};
 use crate::treespec::keys::{self, KeyStyle};
 use crate::treespec::{Face, PyTreeSpec};
 
@@ -58,28 +58,32 @@ pub fn flatten_impl<'py>(
     check_is_leaf(opts.is_leaf)?;
     let walked =
         registry::with_registry(|reg| flatten::flatten_or_sequence::<true, true>(tree, opts, reg))?;
-    let (leaves, nodes, registrations, namespaced, acyclic) = match walked {
+    Ok(match walked {
         Walked::Sequence(kind, n) => (
             items_list(tree),
-            flatten::leaf_sequence_nodes(kind, n),
-            Vec::new(),
-            false,
-            true,
+            flat_spec(tree.py(), &mut Flat::leaf_sequence(kind, n), opts)?,
         ),
-        Walked::Flat(flat) => (
-            list_from_vec(tree.py(), flat.leaves),
-            flat.nodes,
-            flat.registrations,
-            flat.namespaced,
-            flat.acyclic,
-        ),
-    };
-    let spec = spec_into_py(
-        tree.py(),
-        spec_of(nodes, registrations, namespaced, opts),
-        acyclic,
-    )?;
-    Ok((leaves, spec))
+        Walked::Flat(mut flat) => {
+            let spec = flat_spec(tree.py(), &mut flat, opts)?;
+            (list_from_vec(tree.py(), flat.leaves), spec)
+        }
+    })
+}
+
+/// The treespec of a walk as a Python object (see `spec_into_py`), taking the walk's nodes
+/// and registrations and leaving its leaves.
+pub fn flat_spec<'py>(
+    py: Python<'py>,
+    flat: &mut Flat<'py>,
+    opts: &Options<'_, 'py>,
+) -> PyResult<Bound<'py, PyTreeSpec>> {
+    let spec = spec_of(
+        std::mem::take(&mut flat.nodes),
+        std::mem::take(&mut flat.registrations),
+        flat.namespaced,
+        opts,
+    );
+    spec_into_py(py, spec, flat.acyclic)
 }
 
 /// A new list of the items of an exact tuple or list (a `Walked::Sequence` tree).
@@ -147,25 +151,11 @@ pub fn structure_impl<'py>(
     let walked = registry::with_registry(|reg| {
         flatten::flatten_or_sequence::<true, false>(tree, opts, reg)
     })?;
-    let (nodes, registrations, namespaced, acyclic) = match walked {
-        Walked::Sequence(kind, n) => (
-            flatten::leaf_sequence_nodes(kind, n),
-            Vec::new(),
-            false,
-            true,
-        ),
-        Walked::Flat(flat) => (
-            flat.nodes,
-            flat.registrations,
-            flat.namespaced,
-            flat.acyclic,
-        ),
+    let mut flat = match walked {
+        Walked::Sequence(kind, n) => Flat::leaf_sequence(kind, n),
+        Walked::Flat(flat) => flat,
     };
-    spec_into_py(
-        tree.py(),
-        spec_of(nodes, registrations, namespaced, opts),
-        acyclic,
-    )
+    flat_spec(tree.py(), &mut flat, opts)
 }
 
 /// `tree_unflatten(treespec, leaves)` with a clear error for a non-treespec.

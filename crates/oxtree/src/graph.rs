@@ -332,7 +332,7 @@ pub fn graph_flatten<'py>(
     let opts = Options::new(is_leaf, none_is_leaf, namespace);
     let reg = registry::snapshot();
     let roots: Vec<Bound<'py, PyAny>> = roots.iter().collect();
-    let g = flatten::flatten_graph(py, &roots, &opts, &reg)?;
+    let mut g = flatten::flatten_graph(py, &roots, &opts, &reg)?;
     let positions = &g.memo.positions;
     let refs: Box<[(u32, u32)]> = g
         .memo
@@ -341,11 +341,7 @@ pub fn graph_flatten<'py>(
         .map(|&(leaf, ordinal)| (leaf, positions[ordinal as usize]))
         .collect();
     let acyclic = g.flat.acyclic;
-    let skeleton = api::spec_into_py(
-        py,
-        api::spec_of(g.flat.nodes, g.flat.registrations, g.flat.namespaced, &opts),
-        acyclic,
-    )?;
+    let skeleton = api::flat_spec(py, &mut g.flat, &opts)?;
     let gd = GraphDef {
         skeleton: skeleton.unbind(),
         num_roots: roots.len(),

@@ -1644,7 +1644,8 @@ pub fn flatten_one_level<'py>(
 pub enum Walked<'py> {
     Flat(Flat<'py>),
     /// The tree is an exact tuple or list (the kind) of this many items, every one a leaf:
-    /// its leaves are its items and its nodes `leaf_sequence_nodes`. The walk was skipped.
+    /// its leaves are its items and its nodes those of `Flat::leaf_sequence`. The walk was
+    /// skipped.
     Sequence(Kind, usize),
 }
 
@@ -1662,12 +1663,21 @@ pub fn flatten_or_sequence<'py, const NODES: bool, const LEAVES: bool>(
     }
 }
 
-/// The nodes of a tuple or list (`kind`) of `n` leaves.
-pub fn leaf_sequence_nodes(kind: Kind, n: usize) -> Vec<Node> {
-    let mut nodes = Vec::with_capacity(n + 1);
-    nodes.resize_with(n, || Node::LEAF);
-    nodes.push(Node::bare(kind, n, n, n + 1));
-    nodes
+impl Flat<'_> {
+    /// What a walk of a tuple or list (`kind`) of `n` leaves gives, leaves left out (they are
+    /// the sequence's items).
+    pub fn leaf_sequence(kind: Kind, n: usize) -> Self {
+        let mut nodes = Vec::with_capacity(n + 1);
+        nodes.resize_with(n, || Node::LEAF);
+        nodes.push(Node::bare(kind, n, n, n + 1));
+        Flat {
+            leaves: Vec::new(),
+            nodes,
+            namespaced: false,
+            acyclic: true,
+            registrations: Vec::new(),
+        }
+    }
 }
 
 /// The kind and length of `tree` when it is an exact tuple or list whose items the walk
@@ -1708,7 +1718,7 @@ fn leaf_sequence(
             return None;
         }
     };
-    // The deque type is known once `collections` was imported for an earlier walk.
+    // `collections` is imported when the module loads (never here: that would run Python).
     let deque = types::collections_if_ready(tree.py())?.deque.as_ptr();
     // SAFETY: the address of the None singleton; no reference is taken.
     let none = unsafe { ffi::Py_None() };

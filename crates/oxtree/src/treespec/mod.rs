@@ -88,7 +88,7 @@ pub struct Node {
 /// A registered node's registration, as a plain pointer: cloning and dropping an `Arc` per
 /// node were two atomic operations each (perf: an eighth of a dataclass-heavy flatten). The
 /// treespec that holds the node holds one `Arc` of each registration its nodes point to
-/// (`PyTreeSpec::registrations`, taken by `PyTreeSpec::new`); until then whoever made the
+/// (`PyTreeSpec::_registrations`, taken by `PyTreeSpec::new` or handed over by a walk); until then whoever made the
 /// node keeps the registration alive (a walk, in `Flat::registrations`).
 #[derive(Clone, Copy)]
 pub struct RegRef(std::ptr::NonNull<Registration>);
