@@ -15,7 +15,9 @@ mod types;
 
 use pyo3::prelude::*;
 
-#[pymodule]
+// The walks read dicts with `PyDict_Next` and lists through borrowed items, with no
+// critical sections: on a free-threaded CPython the module asks to keep the GIL on.
+#[pymodule(gil_used = true)]
 #[pyo3(name = "_core")]
 fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_RECURSION_DEPTH", treespec::MAX_DEPTH)?;
