@@ -1,7 +1,7 @@
 """Graph flattening benchmark: oxtree's graph_flatten/graph_unflatten against oxtree's tree
 functions and against FlareJax's flatten/unflatten.
 
-Targets (issue #7), on the acyclic workloads of ``bench.py`` (imported from there):
+Targets, on the acyclic workloads of ``bench.py`` (imported from there):
 
 * ``graph_flatten`` costs at most 2x ``oxtree.tree_flatten`` on every workload;
 * ``graph_flatten`` is at least 20x faster than ``flarejax.flatten`` on every workload.

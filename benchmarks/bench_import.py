@@ -1,6 +1,6 @@
 """Import-time benchmark: how long ``import oxtree`` adds to a fresh interpreter.
 
-Target (issue #12): ``import oxtree`` under 20 ms. Each figure is the median, over ``--runs``
+Target: ``import oxtree`` under 20 ms. Each figure is the median, over ``--runs``
 fresh interpreters, of the wall time of ``python -c STATEMENT`` minus that of ``python -c pass``
 (the runs of the two alternate). Bytecode caching is on, with the cache in a temporary
 directory (``PYTHONDONTWRITEBYTECODE``, if set, would make every run recompile), and each
