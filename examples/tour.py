@@ -157,6 +157,28 @@ def mapping() -> None:
     print(f"  {'tree_structure(params)':<28} {oxtree.tree_structure(params)}")
 
 
+@section("tree_iter, tree_is_leaf, all_leaves, tree_map_with_path")
+def iterating() -> None:
+    tree = {"b": [1, 2], "a": (3, None)}
+    show("tree", tree)
+    show("tree_iter (lazy leaves)", list(oxtree.tree_iter(tree)))
+    show("tree_is_leaf(tree)", oxtree.tree_is_leaf(tree))
+    show("tree_is_leaf(3)", oxtree.tree_is_leaf(3))
+    show("all_leaves([1, 'x'])", oxtree.all_leaves([1, "x"]))
+    show("all_leaves([1, [2]])", oxtree.all_leaves([1, [2]]))
+    tagged = oxtree.tree_map_with_path(lambda path, x: f"{path}={x}", tree)
+    show("tree_map_with_path", tagged)
+
+    def top_list(path: tuple[Any, ...], node: Any) -> bool:
+        return len(path) == 1 and isinstance(node, list)
+
+    whole_b = oxtree.tree_map_with_path(
+        lambda path, x: f"{path}={x}", tree, is_leaf=top_list, is_leaf_takes_path=True
+    )
+    show("... is_leaf_takes_path=True", whole_b)
+    note("is_leaf_takes_path: is_leaf gets each node's key path too, so it can stop by place")
+
+
 @section("The treedef (PyTreeSpec)")
 def treedef() -> None:
     spec = oxtree.tree_structure([1, {"a": 2, "b": (3, 4)}])
@@ -183,6 +205,23 @@ def treedef() -> None:
     restored = pickle.loads(pickle.dumps(spec))
     print(f"  {'pickle round trip':<28} {restored}")
     show("equal after pickling", restored == spec)
+
+
+@section("Treespec walks: paths, accessors, walk, traverse, transform")
+def treespec_walks() -> None:
+    tree = {"a": 1, "b": (2, 3)}
+    spec = oxtree.tree_structure(tree)
+    print(f"  {'spec':<28} {spec}")
+    show("paths()", spec.paths())
+    show("accessors()", [a.codify("t") for a in spec.accessors()])
+    counted = spec.walk([1, 2, 3], lambda kind, data, children: sum(children), None)
+    show("walk: sum bottom up", counted)
+    show("traverse: leaves * 10", spec.traverse([1, 2, 3], lambda node: node, lambda x: x * 10))
+    pairs = spec.transform(None, lambda leaf: oxtree.tree_structure((0, 0)))
+    print(f"  {'transform: leaf -> (*, *)':<28} {pairs}")
+    other = oxtree.tree_structure({"a": [0, 0], "b": 0})
+    common = spec.broadcast_to_common_suffix(other)
+    print(f"  {'broadcast_to_common_suffix':<28} {common}")
 
 
 # --------------------------------------------------------------------------------------
@@ -381,6 +420,42 @@ def namespaces() -> None:
     note("without the namespace a Meters is a leaf; libraries can register without clashing")
 
 
+@section("register_pytree_with_keys and unregister_pytree_node")
+def keyed_nodes() -> None:
+    from oxtree import tree_util as jtu
+
+    class Pair:
+        def __init__(self, left: Any, right: Any) -> None:
+            self.left, self.right = left, right
+
+    jtu.register_pytree_with_keys(
+        Pair,
+        lambda p: (((jtu.GetAttrKey("left"), p.left), (jtu.GetAttrKey("right"), p.right)), None),
+        lambda _, children: Pair(*children),
+    )
+    paths = [jtu.keystr(path) for path, _ in jtu.tree_leaves_with_path(Pair(1, [2]))]
+    show("key paths of Pair(1, [2])", paths)
+    note("the flatten function names each child's key: paths say .left, not [0]")
+    oxtree.unregister_pytree_node(Pair)
+    show("after unregister: a leaf?", oxtree.tree_is_leaf(Pair(1, [2])))
+
+
+@section("oxtree.pytree: short names, and reexport for a library's namespace")
+def reexport_demo() -> None:
+    import oxtree.pytree
+
+    mylib = oxtree.pytree.reexport(namespace="mylib", module="mylib.pytree")
+
+    @mylib.dataclasses.dataclass
+    class Config:
+        rate: float
+        name: str = oxtree.dataclasses.field(default="adam", pytree_node=False)
+
+    show("mylib.leaves(Config(0.1))", mylib.leaves(Config(0.1)))
+    show("oxtree.tree_leaves(same)", oxtree.tree_leaves(Config(0.1)))
+    note("registered in the 'mylib' namespace: the library's functions see it, others do not")
+
+
 @section("oxtree.Partial: a functools.partial that is a pytree")
 def partial_demo() -> None:
     def affine(x: float, scale: float, *, shift: float) -> float:
@@ -487,6 +562,8 @@ def treespec_algebra() -> None:
     print(f"  {'prefix':<28} {prefix}")
     show("prefix.is_prefix(full)", prefix.is_prefix(full))
     show("full.is_prefix(prefix)", full.is_prefix(prefix))
+    show("prefix < full (ordering)", prefix < full)
+    print(f"  {'full.child(1)':<28} {full.child(1)}")
     built = oxtree.treespec_dict(
         {"w": oxtree.treespec_leaf(), "b": oxtree.treespec_tuple([oxtree.treespec_leaf()] * 2)}
     )
@@ -539,6 +616,8 @@ def graphs() -> None:
     show("still shared? still cyclic?", (new["a"] is new["b"], new["a"][2] is new["a"]))
     view = oxtree.graph_to_dict(obj)
     show("path-keyed view", view)
+    back = oxtree.graph_from_dict(view)
+    show("graph_from_dict(view) shared?", back["a"] is back["b"])
     expect_error("tree_flatten(obj)", lambda: oxtree.tree_flatten(obj))
 
 
@@ -558,6 +637,8 @@ def seeing_trees() -> None:
     loop: dict[str, Any] = {"name": "loop"}
     loop["self"] = loop
     oxtree.pprint(loop)  # shared containers and cycles print as references
+    html = oxtree.view(params)._repr_html_()  # what a notebook shows for view(params)
+    show("view(params): HTML", f"{len(html):,} characters, collapsible, arrays as f32[784,256]")
 
 
 @section("JAX: filter_jit keeps shared references; oxtree types in jax.grad")
@@ -581,6 +662,14 @@ def jax_integration() -> None:
     )
     show("jax.grad over a Layer", grads)
     note("arrays are traced, other leaves static: one trace per structure (see docs/jax.md)")
+    model = {"w": jnp.arange(3.0), "name": "linear", "scale": 2}
+    arrays, static = oxjax.partition(model, oxjax.is_array)
+    show("partition: arrays", arrays)
+    show("partition: the rest", static)
+    show("combine(arrays, the rest)", oxjax.combine(arrays, static))
+    grads = oxjax.filter_grad(lambda m: jnp.sum(m["w"] ** 2) * m["scale"])(model)
+    show("filter_grad: grads", grads)
+    note("filter_grad differentiates the float arrays only; str and int leaves pass through")
 
 
 @section("Modules: oxtree.Module, pytrees with parameters, states and configuration")
