@@ -68,7 +68,9 @@ class Kind(enum.Enum):
     OTHERS = "others"
 
 
-# Annotation markers. An alias has no docstring syntax, so each gets its ``__doc__`` set.
+# Annotation markers. An alias has no docstring syntax, so each gets its ``__doc__`` set, and
+# its ``__module__`` (from 3.12 on an alias says ``typing``; documentation tools, doctest
+# included, then skip it as not defined here).
 Parameter = Annotated[_T, Kind.PARAMETER]
 Parameter.__doc__ = """Marks a parameter field: ``weight: Parameter`` or ``Parameter[float]``.
 
@@ -83,6 +85,7 @@ A parameter (trainable) attribute holds leaves, as if set with ``register_parame
 >>> dict(s.name_to_kind), oxtree.tree_leaves(s)
 ({'factor': <Kind.PARAMETER: 'parameter'>}, [2.0])
 """
+Parameter.__module__ = __name__
 State = Annotated[_T, Kind.STATE]
 State.__doc__ = """Marks a state field: ``count: State`` or ``State[int]``.
 
@@ -97,6 +100,7 @@ A state (not trainable) attribute holds leaves, as if set with ``register_state`
 >>> dict(c.name_to_kind), oxtree.tree_map(lambda n: n + 1, c).count
 ({'count': <Kind.STATE: 'state'>}, 1)
 """
+State.__module__ = __name__
 
 
 # --------------------------------------------------------------------------------------------
