@@ -73,4 +73,34 @@ docs-check: build
 	$(PY) tools/docs_check.py
 
 clean:
-	rm -rf $(VENV) target
+	rm -rf $(VENV) .venv-3.* target dist
+
+# --- Versions and releases ------------------------------------------------------------------
+# `make test-matrix`: stubtest and the whole pytest suite on every CPython 3.11+ found (pyenv
+# or python3.X on PATH), each in .venv-3.X with the newest jax it can install
+# (constraints-matrix.txt); a version not found is reported and skipped. `make bench-matrix`:
+# benchmarks/bench.py on each, one table per version. Both run after `make test`/`make build`
+# (cargo test is not repeated). MATRIX_VERSIONS="3.12 3.13" narrows the set.
+.PHONY: test-matrix bench-matrix dist
+
+test-matrix:
+	tools/matrix.sh test
+
+# The ops with targets against jax (benchmarks/bench_versions.py), oxtree and jax only.
+BENCH_MATRIX_ARGS ?= --libs oxtree,jax --ops flatten,unflatten,leaves,structure,map1,map2
+bench-matrix:
+	BENCH_ARGS="$(BENCH_MATRIX_ARGS)" tools/matrix.sh bench
+
+# `make dist`: an sdist and a stripped manylinux wheel for .venv's Python in dist/, then
+# tools/dist_check.sh (twine check, license files in both, the wheel installed into a fresh
+# venv and imported).
+DIST_STAMP := $(VENV)/.dist-deps-installed
+$(DIST_STAMP): requirements-dist.txt $(STAMP)
+	$(PIP) install --quiet -r requirements-dist.txt
+	touch $(DIST_STAMP)
+
+dist: $(DIST_STAMP)
+	rm -rf dist
+	$(VENV)/bin/maturin sdist --out dist
+	$(VENV)/bin/maturin build --release --strip --compatibility pypi --interpreter $(PY) --out dist
+	tools/dist_check.sh $(PY) $(VENV)/bin/twine

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Runs a command of the project on every CPython 3.11+ this machine has, each in its own
+# virtual environment (.venv-3.X) with the extension built for it.
+#
+#   tools/matrix.sh test    stubtest and the whole pytest suite on each version
+#   tools/matrix.sh bench   benchmarks/bench.py on each version, one table per version
+#
+# Interpreters are looked for in pyenv (`pyenv root`/versions/3.X.*) and as `python3.X` on
+# PATH; a version that is not found is reported and skipped. Each venv gets the test tools
+# of requirements-dev.txt, except that jax and jaxlib are the newest release that version
+# can install within constraints-matrix.txt (requirements-dev.txt pins the jax of the main
+# .venv). The venv is reused until either file changes; pip's cache is kept between runs.
+#
+# Environment: MATRIX_VERSIONS (default "3.11 3.12 3.13 3.14") picks the versions,
+# PYTEST_ARGS adds arguments to pytest, BENCH_ARGS to bench.py.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+mode=${1:-test}
+case $mode in
+test | bench) ;;
+*)
+    echo "usage: $0 test|bench" >&2
+    exit 2
+    ;;
+esac
+versions=${MATRIX_VERSIONS:-3.11 3.12 3.13 3.14}
+
+# The interpreter of CPython $1 (e.g. 3.12), or nothing.
+find_python() {
+    local minor=$1 candidates=() root py
+    if root=$(pyenv root 2>/dev/null); then
+        # Newest patch release first.
+        mapfile -t candidates < <(ls -d "$root"/versions/"$minor".* 2>/dev/null | sort -V -r)
+        candidates=("${candidates[@]/%//bin/python$minor}")
+    fi
+    if py=$(command -v "python$minor" 2>/dev/null); then
+        candidates+=("$py")
+    fi
+    for py in "${candidates[@]}"; do
+        # A pyenv shim exists for versions pyenv lacks; running it tells.
+        if [ -x "$py" ] && "$py" -c "import sys, platform
+ok = sys.version_info[:2] == tuple(map(int, '$minor'.split('.'))) and platform.python_implementation() == 'CPython'
+sys.exit(0 if ok else 1)" 2>/dev/null; then
+            echo "$py"
+            return
+        fi
+    done
+}
+
+# Creates or refreshes .venv-$1 with interpreter $2.
+prepare_venv() {
+    local minor=$1 py=$2 venv=.venv-$1
+    local stamp=$venv/.matrix-deps
+    if [ ! -f "$stamp" ] || [ requirements-dev.txt -nt "$stamp" ] || [ constraints-matrix.txt -nt "$stamp" ]; then
+        rm -rf "$venv"
+        "$py" -m venv "$venv" || return 1
+        "$venv/bin/python" -m pip install --quiet --upgrade pip || return 1
+        # requirements-dev.txt without its jax pins; the newest jax the constraints allow.
+        grep -vE '^(jax|jaxlib)[=<>~ ]' requirements-dev.txt >"$venv/requirements.txt"
+        echo "jax" >>"$venv/requirements.txt"
+        echo "jaxlib" >>"$venv/requirements.txt"
+        "$venv/bin/python" -m pip install --quiet -r "$venv/requirements.txt" \
+            -c constraints-matrix.txt || return 1
+        touch "$stamp"
+    fi
+    # Each version keeps its own cargo target directory, so switching versions rebuilds
+    # nothing that did not change.
+    CARGO_TARGET_DIR=target/py$minor VIRTUAL_ENV=$PWD/$venv PATH=$PWD/$venv/bin:$PATH \
+        "$venv/bin/maturin" develop --release --quiet
+}
+
+run_version() {
+    local minor=$1 venv=.venv-$1
+    local py=$venv/bin/python
+    if [ "$mode" = test ]; then
+        "$py" -m mypy.stubtest oxtree._core || return 1
+        # shellcheck disable=SC2086
+        "$py" -X dev -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-}
+    else
+        # shellcheck disable=SC2086
+        "$py" benchmarks/bench.py -q --json "target/bench-$minor.json" ${BENCH_ARGS:-}
+    fi
+}
+
+summary=()
+failed=0
+benched=()
+last_venv=
+for minor in $versions; do
+    py=$(find_python "$minor")
+    if [ -z "$py" ]; then
+        echo "=== Python $minor: not found (pyenv or python$minor on PATH); skipped"
+        summary+=("$minor: skipped, no interpreter found")
+        continue
+    fi
+    echo "=== Python $minor: $py"
+    start=$SECONDS
+    if ! prepare_venv "$minor" "$py"; then
+        echo "=== Python $minor: setting up .venv-$minor failed"
+        summary+=("$minor: FAILED to set up .venv-$minor")
+        failed=1
+        continue
+    fi
+    jax=$(".venv-$minor/bin/python" -c "import jax; print(jax.__version__)" 2>/dev/null)
+    if run_version "$minor"; then
+        result=passed
+        benched+=("target/bench-$minor.json")
+        last_venv=.venv-$minor
+    else
+        result=FAILED
+        failed=1
+    fi
+    summary+=("$minor: $mode $result ($("$py" -V 2>&1), jax $jax, $((SECONDS - start)) s)")
+done
+
+echo
+echo "=== matrix ($mode)"
+printf '  %s\n' "${summary[@]}"
+if [ "$mode" = bench ] && [ ${#benched[@]} -gt 0 ]; then
+    echo
+    # Any of the venvs has what bench.py imports.
+    "$last_venv"/bin/python benchmarks/bench_versions.py "${benched[@]}" || failed=1
+fi
+exit $failed
