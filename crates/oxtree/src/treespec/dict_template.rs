@@ -7,13 +7,14 @@
 //! rebuilt key lists (keys mapped to None, in the order the rebuilt dict must have), copies
 //! it, and writes the values into the copy's entries.
 //!
-//! Writing the entries needs the layout of CPython 3.11's dict (private to CPython), so the
-//! fast path runs only on 3.11 and checks every copy before writing into it: each entry
-//! must hold the expected key and None, or the copy is dropped and the dict built key by
-//! key as on any other version.
+//! Writing the entries needs the layout of CPython's dict (private to CPython). It is the
+//! same on 3.11, 3.12 and 3.13 with the GIL (`PyDictObject` and `PyDictKeysObject` in their
+//! `cpython/dictobject.h` and `internal/pycore_dict.h`; 3.13's free-threaded build adds a
+//! mutex to the keys header), so the fast path is compiled only for those (`LAYOUT_KNOWN`)
+//! and checks every copy before writing into it: each entry must hold the expected key and
+//! None, or the copy is dropped and the dict built key by key as on any other version.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -48,7 +49,7 @@ thread_local! {
     static TEMPLATES: RefCell<Vec<Option<Template>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// CPython 3.11's `PyDictObject`.
+/// CPython 3.11-3.13's `PyDictObject` (3.13 names the version tag `_ma_watcher_tag`).
 #[repr(C)]
 struct DictObject {
     ob_base: ffi::PyObject,
@@ -58,7 +59,8 @@ struct DictObject {
     ma_values: *mut std::ffi::c_void,
 }
 
-/// CPython 3.11's `PyDictKeysObject` header; the index table follows it, then the entries.
+/// CPython 3.11-3.13's `PyDictKeysObject` header (with the GIL); the index table follows
+/// it, then the entries.
 #[repr(C)]
 struct KeysObject {
     dk_refcnt: ffi::Py_ssize_t,
@@ -73,26 +75,17 @@ struct KeysObject {
 /// `dk_kind` of a table whose keys are all str: its entries are (key, value) pairs.
 const DICT_KEYS_UNICODE: u8 = 1;
 
-/// Whether this interpreter's dicts have the layout above (CPython 3.11): 0 not known yet,
-/// 1 yes, 2 no.
-static LAYOUT_KNOWN: AtomicU8 = AtomicU8::new(0);
-
-fn layout_known(py: Python<'_>) -> bool {
-    match LAYOUT_KNOWN.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => {
-            let v = py.version_info();
-            let cpython = py
-                .import("sys")
-                .and_then(|sys| sys.getattr("implementation")?.getattr("name"))
-                .is_ok_and(|name| name.eq("cpython").unwrap_or(false));
-            let known = cpython && v.major == 3 && v.minor == 11;
-            LAYOUT_KNOWN.store(if known { 1 } else { 2 }, Ordering::Relaxed);
-            known
-        }
-    }
-}
+/// Whether this build's dicts have the layout above: CPython 3.11, 3.12 or 3.13 with the
+/// GIL, its full API (an extension built for one CPython version loads only into that
+/// version). Any other interpreter builds every dict key by key.
+const LAYOUT_KNOWN: bool = cfg!(all(
+    not(Py_LIMITED_API),
+    not(PyPy),
+    not(GraalPy),
+    not(RustPython),
+    not(Py_GIL_DISABLED),
+    not(Py_3_14),
+));
 
 /// The dict of `node` (an exact-dict node of up to `MAX_KEYS` str keys) holding the values
 /// `stack[start..]` (leaf order), copied from a template: the values move into the dict and
@@ -107,7 +100,7 @@ pub fn copy_with_values<'py>(
 ) -> Option<PyResult<Bound<'py, PyAny>>> {
     let n = node.arity;
     debug_assert_eq!(stack.len() - start, n);
-    if n == 0 || n > MAX_KEYS || !layout_known(py) {
+    if !LAYOUT_KNOWN || n == 0 || n > MAX_KEYS {
         return None;
     }
     let keys = node.keys().as_ref()?.bind(py);
@@ -142,8 +135,8 @@ pub fn copy_with_values<'py>(
             Ok(copy) => copy,
             Err(e) => return Some(Err(e)),
         };
-    // SAFETY: the copy is a new exact dict nobody else has seen, on CPython 3.11 (checked by
-    // `layout_known`), whose layout `DictObject` and `KeysObject` mirror. Every entry is
+    // SAFETY: the copy is a new exact dict nobody else has seen, on a CPython whose layout
+    // `DictObject` and `KeysObject` mirror (`LAYOUT_KNOWN`). Every entry is
     // checked to hold its expected key and None before any is written; the entries read lie
     // within the table CPython allocated for `ma_used == n` items.
     unsafe {
