@@ -45,7 +45,7 @@ from oxtree._core import (
     tree_map,
 )
 
-__all__ = ["Kind", "Module", "Parameter", "State"]
+__all__ = ["Kind", "Module", "ModulePath", "Parameter", "State"]
 
 _T = TypeVar("_T")
 _M = TypeVar("_M", bound="Module")
@@ -111,7 +111,6 @@ class _Layout:
 
     __slots__ = (
         "_hash",
-        "jax_keys",
         "keys",
         "kinds",
         "name_to_kind",
@@ -125,7 +124,6 @@ class _Layout:
         self.kinds: tuple[Kind, ...] = tuple(k for _, k in items)
         self.name_to_kind: Mapping[str, Kind] = MappingProxyType(dict(items))
         self.keys = tuple(GetAttrKey(n) for n in self.names)
-        self.jax_keys: tuple[Any, ...] | None = None
         self._hash = hash((self.names, self.kinds))
         # The children of a module, read from its __dict__ by one C call.
         if len(self.names) >= 2:
@@ -352,13 +350,8 @@ def _flatten(m: Module) -> tuple[tuple[Any, ...], _ModuleDef, tuple[GetAttrKey, 
         raise _unassigned(m, e) from None
 
 
-def _flatten_jax(m: Module) -> tuple[tuple[Any, ...], _ModuleDef]:
-    children, aux, _ = _flatten(m)
-    return children, aux
-
-
 def _flatten_with_keys(m: Module) -> tuple[tuple[tuple[Any, Any], ...], _ModuleDef]:
-    children, aux = _flatten_jax(m)
+    children, aux, _ = _flatten(m)
     return tuple(zip(aux.keys, children, strict=True)), aux
 
 
@@ -380,13 +373,61 @@ def _unflattener(cls: type[_M]) -> Callable[[_ModuleDef, Any], _M]:
 _PENDING_JAX: list[type[Module]] = []
 
 
-def _flatten_with_jax_keys(m: Module) -> tuple[tuple[tuple[Any, Any], ...], _ModuleDef]:
-    children, aux = _flatten_jax(m)
-    keys = aux.layout.jax_keys
-    if keys is None:  # JAX's own key class, made once per layout
-        make_key = sys.modules["jax"].tree_util.GetAttrKey
-        keys = aux.layout.jax_keys = tuple(make_key(n) for n in aux.names)
-    return tuple(zip(keys, children, strict=True)), aux
+class ModulePath:
+    """One key in JAX's view of a Module: the whole key path of a leaf below the module.
+
+    To JAX, a Module is one node whose children are the leaves of its graph
+    (:func:`oxtree.graph_flatten`): a submodule reached twice (tied weights) gives its leaves
+    once, so ``jax.grad`` sums its gradient and ``jax.tree_util.tree_map`` (optax's
+    ``apply_updates``, say) keeps it shared. Each leaf's key is a ``ModulePath`` that prints
+    as ``keystr`` prints the path (``.layers[0].weight``); a leaf right below the module gets
+    JAX's own ``GetAttrKey``.
+
+    >>> from oxtree import GetAttrKey, SequenceKey
+    >>> k = ModulePath((GetAttrKey('layers'), SequenceKey(0), GetAttrKey('weight')))
+    >>> k, str(k), k.path[-1]
+    (ModulePath('.layers[0].weight'), '.layers[0].weight', GetAttrKey(name='weight'))
+    """
+
+    __slots__ = ("_text", "path")
+
+    def __init__(self, path: tuple[Any, ...]) -> None:
+        from oxtree._core import keystr
+
+        self.path = tuple(path)
+        self._text = keystr(self.path)
+
+    def __str__(self) -> str:
+        return self._text
+
+    def __repr__(self) -> str:
+        return f"ModulePath({self._text!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ModulePath) and self.path == other.path
+
+    def __hash__(self) -> int:
+        return hash((ModulePath, self.path))
+
+
+def _graph_children(m: Module) -> tuple[list[Any], Any]:
+    # None is a leaf here so that a module and its gradient (None where nothing is
+    # differentiated) have equal aux data; JAX then sees each None child as its own None.
+    return graph_flatten(m, none_is_leaf=True)  # type: ignore[no-any-return]
+
+
+def _graph_children_with_keys(m: Module) -> tuple[list[tuple[Any, Any]], Any]:
+    leaves, gd = _graph_children(m)
+    make_key = sys.modules["jax"].tree_util.GetAttrKey
+    keys = [
+        make_key(p[0].name) if len(p) == 1 and type(p[0]) is GetAttrKey else ModulePath(p)
+        for p in gd.paths()
+    ]
+    return list(zip(keys, leaves, strict=True)), gd
+
+
+def _graph_rebuild(gd: Any, children: Any) -> Any:
+    return graph_unflatten(gd, children)
 
 
 def _register_pending_with_jax() -> None:
@@ -398,7 +439,7 @@ def _register_pending_with_jax() -> None:
     while _PENDING_JAX:
         cls = _PENDING_JAX.pop()
         try:
-            register(cls, _flatten_with_jax_keys, _unflattener(cls), _flatten_jax)
+            register(cls, _graph_children_with_keys, _graph_rebuild, _graph_children)
         except ValueError as e:  # already registered (by oxtree.jax, say): nothing to do
             if "Duplicate" not in str(e):
                 raise
@@ -637,9 +678,10 @@ class Module:
             tree_map(lambda a, b: a, self, other, none_is_leaf=True)
             raise ValueError(
                 f"{type(self).__qualname__}.update: the modules have the same tree structure "
-                "but share submodules differently (a transformation that does not keep "
-                "sharing, such as jax.grad or jax.jit, copies a shared submodule once per "
-                "occurrence; filter_jit and graph_flatten keep it shared)"
+                "but share submodules differently (oxtree's tree functions, such as "
+                "oxtree.tree_map, copy a shared submodule once per occurrence; JAX's "
+                "(jax.tree_util.tree_map, jax.grad, optax), filter_jit and graph_flatten "
+                "keep it shared)"
             )
         leaves = [a if b is None else b for a, b in zip(mine, theirs, strict=True)]
         return graph_unflatten(gd, leaves)  # type: ignore[no-any-return]
