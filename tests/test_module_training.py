@@ -9,6 +9,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
+import oxtree
 import oxtree.jax as oxjax
 import pytest
 from oxtree import Module, Parameter
@@ -148,3 +149,150 @@ def test_tree_map_with_none_gradients_keeps_model_structure() -> None:
     out = jax.tree_util.tree_map(lambda p, g: p if g is None else p - g, m, grads)
     assert jnp.allclose(out.w, -1.0)
     assert int(out.n) == 0
+
+
+# --------------------------------------------------------------------------------------------
+# Mutations inside filtered transforms are written back
+
+
+class Scaled(Module):
+    w: Parameter
+
+    def __init__(self) -> None:
+        self.w = jnp.ones(2)
+        self.register_state("calls", jnp.zeros((), jnp.int32))
+
+
+def test_filter_jit_writes_an_assigned_parameter_back() -> None:
+    m = Scaled()
+
+    @oxjax.filter_jit
+    def halve(m: Scaled) -> None:
+        m.w = m.w * 0.5
+        m.calls = m.calls + 1
+
+    halve(m)
+    assert jnp.allclose(m.w, 0.5)
+    assert int(m.calls) == 1
+    halve(m)  # the compiled function is reused; the write-back happens every call
+    assert jnp.allclose(m.w, 0.25)
+    assert int(m.calls) == 2
+
+
+def test_filter_jit_without_mutation_leaves_the_caller_alone() -> None:
+    m = Scaled()
+    w = m.w
+    out = oxjax.filter_jit(lambda m: m.w * 2)(m)
+    assert m.w is w
+    assert jnp.allclose(out, 2.0)
+
+
+def test_filter_jit_writes_new_attributes_deletions_and_rebinding_back() -> None:
+    class Net(Module):
+        def __init__(self) -> None:
+            self.enc = Scaled()
+            self.dec = Scaled()
+            self.mode = "a"
+
+    m = Net()
+    enc = m.enc
+
+    @oxjax.filter_jit
+    def retie(m: Net) -> Any:
+        m.dec = m.enc  # rebinding: tie the two
+        m.mode = "b"  # configuration
+        m.register_state("extra", jnp.full(2, 7.0))  # a new attribute
+        m.enc.w = m.enc.w + 1.0
+        return m.enc.w
+
+    out = retie(m)
+    assert jnp.allclose(out, 2.0)
+    assert m.enc is enc  # the caller's submodule took the change in place
+    assert m.dec is m.enc
+    assert jnp.allclose(enc.w, 2.0)
+    assert m.mode == "b"
+    assert jnp.allclose(m.extra, 7.0)
+    assert m.name_to_kind["extra"] is oxtree.Kind.STATE
+
+    @oxjax.filter_jit
+    def drop(m: Net) -> None:
+        del m.extra
+
+    drop(m)
+    assert not hasattr(m, "extra")
+    assert "extra" not in m.name_to_kind
+    assert len(jax.tree_util.tree_leaves(m)) == 2  # enc's two leaves, once
+
+
+def test_filter_jit_write_back_keeps_cycles_and_shared_updates() -> None:
+    model = AutoEncoder()
+    opt = optax.sgd(0.1)
+    state = opt.init(model)
+
+    @oxjax.filter_jit
+    def step(m: AutoEncoder, state: Any) -> Any:
+        loss, grads = oxjax.filter_value_and_grad(mse)(m, X, Y)
+        updates, new_state = opt.update(grads, state, m)
+        m.enc.w = optax.apply_updates(m.enc.w, updates.enc.w)  # in place, as with nnx
+        return loss, new_state
+
+    enc = model.enc
+    losses = []
+    for _ in range(3):
+        loss, state = step(model, state)
+        losses.append(float(loss))
+    assert model.enc is enc
+    assert model.dec is enc
+    losses.append(float(mse(model, X, Y)))
+    assert losses == pytest.approx(plain_jax_losses(3, 0.1), rel=1e-5)
+
+
+class Slotted:
+    __slots__ = ("a",)
+
+    def __init__(self, a: Any) -> None:
+        self.a = a
+
+
+oxtree.register_pytree_node(Slotted, lambda s: ((s.a,), None), lambda _, c: Slotted(*c))
+
+
+def test_filter_jit_names_a_change_it_cannot_write_back() -> None:
+    s = Slotted(jnp.ones(2))
+    a = s.a
+
+    def f(s: Slotted) -> None:
+        s.a = s.a * 2
+
+    with pytest.raises(ValueError, match=r"filter_jit: the function changed args\[0\]") as info:
+        oxjax.filter_jit(f)(s)
+    assert "cannot be written back" in str(info.value)
+    assert s.a is a
+
+
+def test_filter_jit_new_unregistered_array_attribute_is_refused() -> None:
+    m = Scaled()
+
+    def f(m: Scaled) -> None:
+        m.cache = m.w * 2
+
+    with pytest.raises(TypeError, match=r"Scaled.cache holds an array"):
+        oxjax.filter_jit(f)(m)
+    assert not hasattr(m, "cache")
+
+
+def test_filter_grad_writes_state_changes_back_undifferentiated() -> None:
+    m = Scaled()
+
+    def loss(m: Scaled) -> Any:
+        m.calls = m.calls + 1
+        return jnp.sum(m.w**2)
+
+    grads = oxjax.filter_grad(loss)(m)
+    assert jnp.allclose(grads.w, 2.0)
+    assert int(m.calls) == 1
+    assert not isinstance(m.calls, jax.core.Tracer)
+    (value, aux), _ = oxjax.filter_value_and_grad(lambda m: (loss(m), "aux"), has_aux=True)(m)
+    assert float(value) == 2.0
+    assert aux == "aux"
+    assert int(m.calls) == 2
