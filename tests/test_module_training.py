@@ -296,3 +296,62 @@ def test_filter_grad_writes_state_changes_back_undifferentiated() -> None:
     assert float(value) == 2.0
     assert aux == "aux"
     assert int(m.calls) == 2
+
+
+# --------------------------------------------------------------------------------------------
+# PRNG keys are leaves: never differentiated, never a crash
+
+
+class Noisy(Module):
+    def __init__(self) -> None:
+        self.register_parameter("w", jnp.ones(2))
+        self.register_state("key", jax.random.key(0))  # typed
+        self.register_state("raw", jax.random.PRNGKey(1))  # raw uint32[2]
+
+
+def test_filter_grad_skips_typed_and_raw_keys() -> None:
+    m = Noisy()
+    grads = oxjax.filter_grad(lambda m: jnp.sum(m.w * jax.random.normal(m.key, (2,))))(m)
+    assert grads.w.shape == (2,)
+    assert grads.key is None
+    assert grads.raw is None
+    assert oxjax.is_inexact_array(jax.random.key(0)) is False
+    assert oxjax.is_inexact_array(jax.random.PRNGKey(0)) is False
+    assert oxjax.is_array(jax.random.key(0)) is True
+
+
+def test_partition_and_combine_with_keys() -> None:
+    m = Noisy()
+    params, rest = oxjax.partition(m, oxjax.is_inexact_array)
+    assert params.key is None
+    assert rest.key is m.key
+    assert rest.raw is m.raw
+    assert params.w is m.w
+    back = oxjax.combine(params, rest)
+    assert back.key is m.key
+
+
+def test_keys_through_filter_jit_advance_by_write_back() -> None:
+    m = Noisy()
+
+    @oxjax.filter_jit
+    def sample(m: Noisy) -> Any:
+        m.key, sub = jax.random.split(m.key)
+        return jax.random.normal(sub, (2,))
+
+    first, second = sample(m), sample(m)
+    assert not jnp.allclose(first, second)
+    assert jax.dtypes.issubdtype(m.key.dtype, jax.dtypes.prng_key)
+    assert repr(m) == "Noisy(w=f32[2], key=key<fry>[], raw=u32[2])"
+
+
+def test_keys_through_jax_transforms_and_optax() -> None:
+    m = Noisy()
+    assert jax.jit(lambda m: m.w + 1)(m).shape == (2,)
+    stacked = jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), m)
+    assert jax.vmap(lambda m: jax.random.normal(m.key, ()))(stacked).shape == (2,)
+    opt = optax.sgd(0.5)
+    params = m.parameters()
+    grads = oxjax.filter_grad(lambda m: jnp.sum(m.w))(m).parameters()
+    updates, _ = opt.update(grads, opt.init(params))
+    assert jnp.allclose(m.update(optax.apply_updates(params, updates)).w, 0.5)

@@ -285,8 +285,12 @@ def is_inexact_array(x: Any) -> bool:
     >>> import jax.numpy as jnp
     >>> is_inexact_array(jnp.ones(2)), is_inexact_array(jnp.arange(2)), is_inexact_array(1.0)
     (True, False, False)
+    >>> is_inexact_array(jax.random.key(0)), is_inexact_array(jax.random.PRNGKey(0))
+    (False, False)
     """
-    return is_array(x) and bool(np.issubdtype(x.dtype, np.inexact))
+    # JAX's issubdtype knows extended dtypes (a typed PRNG key's key<fry> is no number);
+    # NumPy's raises on them.
+    return is_array(x) and bool(jax.dtypes.issubdtype(x.dtype, np.inexact))
 
 
 # ---------------------------------------------------------------------------------------------
