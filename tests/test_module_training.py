@@ -355,3 +355,84 @@ def test_keys_through_jax_transforms_and_optax() -> None:
     grads = oxjax.filter_grad(lambda m: jnp.sum(m.w))(m).parameters()
     updates, _ = opt.update(grads, opt.init(params))
     assert jnp.allclose(m.update(optax.apply_updates(params, updates)).w, 0.5)
+
+
+# --------------------------------------------------------------------------------------------
+# Back-references and cycles through Modules
+
+
+class Child(Module):
+    def __init__(self, parent: Any) -> None:
+        self.parent = parent  # a back-reference: the child holds its parent
+        self.register_parameter("v", jnp.ones(2))
+
+
+class Parent(Module):
+    def __init__(self) -> None:
+        self.register_parameter("w", jnp.full(2, 2.0))
+        self.child = Child(self)
+
+
+def test_back_reference_round_trips_through_graph_unflatten() -> None:
+    p = Parent()
+    leaves, gd = oxtree.graph_flatten(p)
+    assert len(leaves) == 2
+    q = oxtree.graph_unflatten(gd, leaves)
+    assert type(q) is Parent
+    assert type(q.child) is Child
+    assert q.child.parent is q
+    assert q is not p
+    assert q.name_to_kind == p.name_to_kind
+    assert q.child.name_to_kind == p.child.name_to_kind
+
+
+def test_cycle_through_three_modules_and_a_list() -> None:
+    a, b, c = Parent(), Parent(), Parent()
+    a.peers = [b]
+    b.peers = [c]
+    c.peers = [a]
+    leaves, gd = oxtree.graph_flatten(a)
+    out = oxtree.graph_unflatten(gd, [x + 1 for x in leaves])
+    assert out.peers[0].peers[0].peers[0] is out
+    assert out.child.parent is out
+    assert jnp.allclose(out.peers[0].w, 3.0)
+
+
+def test_back_reference_through_filter_jit_and_jax_transforms() -> None:
+    p = Parent()
+
+    @oxjax.filter_jit
+    def f(p: Parent) -> Parent:
+        assert p.child.parent is p
+        p.child.v = p.child.parent.w * 3
+        return p
+
+    out = f(p)
+    assert out.child.parent is out
+    assert p.child.parent is p  # written back in place, the cycle kept
+    assert jnp.allclose(p.child.v, 6.0)
+    jitted = jax.jit(lambda p: p)(p)
+    assert jitted.child.parent is jitted
+    grads = jax.grad(lambda p: jnp.sum(p.w * p.child.v * p.child.parent.w))(p)
+    assert grads.child.parent is grads
+    assert jnp.allclose(grads.w, 2 * 2.0 * 6.0)  # d/dw of w * v * w, both uses summed
+    new = optax.apply_updates(p, jax.tree_util.tree_map(lambda g: -0.01 * g, grads))
+    assert new.child.parent is new
+
+
+def test_a_cycle_through_a_plain_registered_class_is_still_reported() -> None:
+    class Holder:
+        def __init__(self, x: Any) -> None:
+            self.x = x
+
+    oxtree.register_pytree_node(
+        Holder, lambda h: ((h.x,), None), lambda _, c: Holder(*c), namespace="cyc"
+    )
+    h = Holder(None)
+    h.x = (h,)
+    leaves, gd = oxtree.graph_flatten(h, namespace="cyc")
+    with pytest.raises(
+        ValueError,
+        match=r"cannot rebuild the tuple at obj\[<flat index 0>\]: it is on a reference cycle",
+    ):
+        oxtree.graph_unflatten(gd, leaves)

@@ -527,6 +527,19 @@ class Module:
         super().__init_subclass__(**kwargs)
         _register(cls)
 
+    # Rebuilding in two steps (see graph.rs): a module on a reference cycle (a child that
+    # holds its parent) exists before its children, as a list does.
+    @classmethod
+    def _oxtree_graph_empty_(cls, aux: _ModuleDef) -> Module:
+        m = _new_object(cls)
+        _DEF_SLOT.__set__(m, aux)
+        m.__dict__.update(aux.others)  # type: ignore[arg-type]
+        return m
+
+    @staticmethod
+    def _oxtree_graph_fill_(m: Module, aux: _ModuleDef, children: tuple[Any, ...]) -> None:
+        m.__dict__.update(zip(aux.names, children, strict=True))
+
     # -- kinds ------------------------------------------------------------------------------
 
     @property
