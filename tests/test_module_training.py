@@ -436,3 +436,49 @@ def test_a_cycle_through_a_plain_registered_class_is_still_reported() -> None:
         match=r"cannot rebuild the tuple at obj\[<flat index 0>\]: it is on a reference cycle",
     ):
         oxtree.graph_unflatten(gd, leaves)
+
+
+# --------------------------------------------------------------------------------------------
+# tree_set with the key paths JAX makes
+
+
+def test_tree_set_takes_jax_key_paths() -> None:
+    import collections
+    import dataclasses
+
+    tree = {"a": [1, 2], "b": (3,)}
+    path = (jax.tree_util.DictKey("a"), jax.tree_util.SequenceKey(1))
+    assert oxtree.tree_set(tree, path, 20) == {"a": [1, 20], "b": (3,)}
+    assert tree == {"a": [1, 2], "b": (3,)}
+
+    @dataclasses.dataclass
+    class P:
+        x: int
+        y: int
+
+    oxtree.register_dataclass(P, namespace="jaxpaths")
+    jax.tree_util.register_dataclass(P, data_fields=["x", "y"], meta_fields=[])
+    (path, _), *_ = jax.tree_util.tree_flatten_with_path({"p": P(1, 2)})[0]
+    assert oxtree.tree_set({"p": P(1, 2)}, path, 5, namespace="jaxpaths") == {"p": P(5, 2)}
+
+    nt = collections.namedtuple("nt", "u v")
+    paths = [p for p, _ in jax.tree_util.tree_flatten_with_path(nt(1, [2]))[0]]
+    assert [oxtree.tree_set(nt(1, [2]), p, 9) for p in paths] == [nt(9, [2]), nt(1, [9])]
+    with pytest.raises(KeyError, match="no subtree"):
+        oxtree.tree_set(tree, (jax.tree_util.DictKey("zz"),), 0)
+    with pytest.raises(IndexError, match="no subtree"):
+        oxtree.tree_set(tree, (jax.tree_util.DictKey("a"), jax.tree_util.SequenceKey(5)), 0)
+
+
+def test_tree_set_takes_a_module_path_from_jax() -> None:
+    class Net(Module):
+        def __init__(self) -> None:
+            self.layers = [Scaled(), Scaled()]
+
+    net = Net()
+    (path, _), *_ = jax.tree_util.tree_flatten_with_path(net)[0]
+    assert str(path[0]) == ".layers[0].w"
+    new = oxtree.tree_set(net, path, jnp.zeros(2))
+    assert jnp.allclose(new.layers[0].w, 0.0)
+    assert jnp.allclose(net.layers[0].w, 1.0)
+    assert new.layers[1] is net.layers[1]
