@@ -12,7 +12,7 @@ import optax
 import oxtree
 import oxtree.jax as oxjax
 import pytest
-from oxtree import Module, Parameter
+from oxtree import Kind, Module, Parameter
 from oxtree.module import ModulePath
 
 # --------------------------------------------------------------------------------------------
@@ -482,3 +482,100 @@ def test_tree_set_takes_a_module_path_from_jax() -> None:
     assert jnp.allclose(new.layers[0].w, 0.0)
     assert jnp.allclose(net.layers[0].w, 1.0)
     assert new.layers[1] is net.layers[1]
+
+
+# --------------------------------------------------------------------------------------------
+# The toolkit: checked update, filters, state dicts, typed Self
+
+from oxtree.module import All, AnyOf, Not, OfKind, OfType, PathContains  # noqa: E402
+
+
+class Block(Module):
+    def __init__(self) -> None:
+        self.enc = Scaled()
+        self.dec = self.enc
+        self.head = Scaled()
+        self.register_state("steps", 0)
+
+
+def test_update_refuses_arrays_of_another_shape_or_dtype() -> None:
+    b = Block()
+    wrong = jax.tree_util.tree_map(lambda x: x, b.parameters())
+    wrong.head.w = jnp.ones(3)
+    with pytest.raises(
+        ValueError,
+        match=r"Block.update: arrays of another shape or dtype: "
+        r"head.w: expected float32\[2\], got float32\[3\]",
+    ):
+        b.update(wrong)
+    wrong.head.w = jnp.ones(2, jnp.int32)
+    with pytest.raises(ValueError, match=r"head.w: expected float32\[2\], got int32\[2\]"):
+        b.update(wrong)
+    assert b.head.w.shape == (2,)  # untouched
+    ok = b.update(jax.tree_util.tree_map(lambda x: x * 2, b.parameters()))
+    assert jnp.allclose(ok.head.w, 2.0)
+    assert ok.enc is ok.dec
+
+
+def test_select_with_filter_combinators() -> None:
+    b = Block()
+    params = b.select(Kind.PARAMETER)
+    assert params.enc.w is b.enc.w
+    assert params.enc.calls is None
+    assert params.steps is None
+    assert params.enc is params.dec
+    only_head = b.select(OfKind(Kind.PARAMETER), PathContains("head"))
+    assert only_head.enc.w is None
+    assert only_head.head.w is b.head.w
+    not_head = b.select(Not(PathContains("head")), AnyOf(Kind.PARAMETER, Kind.STATE))
+    assert not_head.head.w is None
+    assert not_head.enc.calls is b.enc.calls
+    assert not_head.steps == 0
+    ints = b.select(OfType(int))
+    assert ints.steps == 0
+    assert ints.enc.w is None
+    assert b.select(All()).head.w is b.head.w
+    assert b.select(False).head.w is None
+    assert b.select(lambda path, kind, leaf: len(path) == 1).steps == 0
+    assert repr(OfKind(Kind.STATE, Kind.PARAMETER)) == "OfKind(PARAMETER, STATE)"
+    assert repr(PathContains("head")) == "PathContains('head')"
+    with pytest.raises(TypeError, match="a module filter is a Kind"):
+        b.select("head")
+    with pytest.raises(TypeError, match="OfKind expects Kinds"):
+        OfKind("state")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="OfType expects types"):
+        OfType(1)  # type: ignore[arg-type]
+
+
+def test_state_dict_round_trip_and_errors() -> None:
+    b = Block()
+    sd = b.state_dict()
+    assert list(sd) == ["enc.w", "enc.calls", "head.w", "head.calls", "steps"]
+    assert b.state_dict(Kind.PARAMETER).keys() == {"enc.w", "head.w"}
+    sd2 = {k: (v + 1 if k != "steps" else 7) for k, v in sd.items()}
+    loaded = b.load_state_dict(sd2)
+    assert loaded.enc is loaded.dec
+    assert jnp.allclose(loaded.head.w, 2.0)
+    assert loaded.steps == 7
+    assert b.steps == 0
+    partial = b.load_state_dict({"head.w": jnp.zeros(2)}, strict=False)
+    assert jnp.allclose(partial.head.w, 0.0)
+    assert partial.enc.w is b.enc.w
+    with pytest.raises(
+        ValueError,
+        match=r"missing keys \['enc.calls', 'head.calls', 'steps'\]; "
+        r"unknown keys \['dec.w'\]",
+    ):
+        b.load_state_dict({"enc.w": jnp.ones(2), "head.w": jnp.ones(2), "dec.w": 1})
+    with pytest.raises(ValueError, match=r"head.w: expected float32\[2\], got float32\[2, 2\]"):
+        b.load_state_dict({**sd, "head.w": jnp.ones((2, 2))})
+    with pytest.raises(TypeError, match="expects a mapping"):
+        b.load_state_dict([("steps", 1)])  # type: ignore[arg-type]
+
+
+def test_new_is_typed_self() -> None:
+    import inspect
+
+    assert inspect.signature(Module.__new__).return_annotation == "Self"
+    b: Block = Block()
+    assert type(b) is Block
