@@ -542,7 +542,19 @@ def _raw_entry(step: Any) -> Any:
         return step.key
     if isinstance(step, _core.GetAttrKey):
         return step.name
+    # jax.tree_util's own key classes, known by name so that JAX is never imported here.
+    attr = _JAX_KEY_FIELDS.get(type(step).__name__)
+    if attr is not None and type(step).__module__.startswith(("jax", "jaxlib")):
+        return getattr(step, attr)
     return step
+
+
+_JAX_KEY_FIELDS = {
+    "SequenceKey": "idx",
+    "DictKey": "key",
+    "GetAttrKey": "name",
+    "FlattenedIndexKey": "key",
+}
 
 
 def _child_position(spec: PyTreeSpec, keys: list[Any], node: Any, step: Any) -> int | None:
@@ -585,7 +597,10 @@ def tree_set(
     >>> new, tree, new['b'] is tree['b']
     ({'a': [1, 20], 'b': (3,)}, {'a': [1, 2], 'b': (3,)}, True)
     """
-    steps = tuple(where)
+    # A Module's key in JAX's view (oxtree.module.ModulePath) holds a whole path.
+    steps = tuple(
+        e for step in where for e in (step.path if type(step).__name__ == "ModulePath" else (step,))
+    )
     stack: list[tuple[PyTreeSpec, list[Any], int]] = []
     node = tree
     for depth, step in enumerate(steps):

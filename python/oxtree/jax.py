@@ -28,6 +28,7 @@ of the first argument. :func:`partition` and :func:`combine` split a tree by a f
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
 import threading
@@ -284,8 +285,12 @@ def is_inexact_array(x: Any) -> bool:
     >>> import jax.numpy as jnp
     >>> is_inexact_array(jnp.ones(2)), is_inexact_array(jnp.arange(2)), is_inexact_array(1.0)
     (True, False, False)
+    >>> is_inexact_array(jax.random.key(0)), is_inexact_array(jax.random.PRNGKey(0))
+    (False, False)
     """
-    return is_array(x) and bool(np.issubdtype(x.dtype, np.inexact))
+    # JAX's issubdtype knows extended dtypes (a typed PRNG key's key<fry> is no number);
+    # NumPy's raises on them.
+    return is_array(x) and bool(jax.dtypes.issubdtype(x.dtype, np.inexact))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -321,23 +326,205 @@ def _split(mask: Sequence[bool]) -> tuple[list[int], list[int]]:
 
 class _Out:
     """What the traced function returns besides its array outputs: the output's graphdef,
-    its static leaves and how to merge them. A JAX node with no children whose aux data is
-    itself, so `jax.jit` hands it back unchanged after every call."""
+    its static leaves and how to merge them, and what the function changed in its arguments
+    (None when nothing). A JAX node with no children whose aux data is itself, so `jax.jit`
+    hands it back unchanged after every call."""
 
-    __slots__ = ("arrays_of", "graphdef", "merge", "statics")
+    __slots__ = ("arrays_of", "changes", "graphdef", "merge", "statics")
 
-    def __init__(self, leaves: list[Any], graphdef: GraphDef) -> None:
+    def __init__(
+        self, leaves: list[Any], graphdef: GraphDef, changes: _Changes | None = None
+    ) -> None:
         arrays, statics = _split([_is_array_type(type(x)) for x in leaves])
         self.graphdef = graphdef
         self.merge = _merger(arrays + statics)
         self.statics = _getter(statics)(leaves)
         self.arrays_of = _getter(arrays)
+        self.changes = changes
 
     def rebuild(self, arrays: tuple[Any, ...]) -> Any:
         return graph_unflatten(self.graphdef, self.merge(arrays + self.statics))
 
+    def finish(self, arrays: tuple[Any, ...], leaves: list[Any], roots: tuple[Any, ...]) -> Any:
+        """The call's result from the compiled function's arrays, after writing what the
+        function changed in its arguments back to the caller's ``roots``."""
+        changes = self.changes
+        if changes is not None:
+            arrays, changed = changes.split(arrays)
+            changes.write_back(roots, leaves, changed)
+        return self.rebuild(arrays)
+
+
+class _Changes:
+    """What a traced function changed in its arguments (assigned attributes, new or deleted
+    ones, list and dict contents): the arguments' new graphdef and, for each of their new
+    leaves, where it comes from: the caller's leaf ``i`` (unchanged), the ``j``-th changed
+    array the compiled function returns, or a static value."""
+
+    __slots__ = ("count", "graphdef", "name", "namespace", "origin", "sources", "where")
+
+    def __init__(
+        self,
+        before: list[Any],
+        after: list[Any],
+        graphdef: GraphDef,
+        namespace: str,
+        name: str,
+        where: Callable[[tuple[Any, ...]], str],
+        origin: tuple[int, ...],
+    ) -> None:
+        self.origin = origin
+        index = {id(leaf): i for i, leaf in enumerate(before)}
+        sources: list[tuple[int, Any]] = []
+        self.count = 0
+        for leaf in after:
+            i = index.get(id(leaf))
+            if i is not None:
+                sources.append((0, i))
+            elif _is_array_type(type(leaf)):
+                sources.append((1, self.count))
+                self.count += 1
+            else:
+                sources.append((2, leaf))
+        self.sources = sources
+        self.graphdef = graphdef
+        self.namespace = namespace
+        self.name = name
+        self.where = where
+
+    @staticmethod
+    def of(
+        roots: tuple[Any, ...],
+        before: Sequence[Any],
+        graphdef: GraphDef,
+        namespace: str,
+        name: str,
+        where: Callable[[tuple[Any, ...]], str],
+        objects: dict[int, int],
+    ) -> tuple[_Changes | None, list[Any]]:
+        """The changes a function made to ``roots`` (rebuilt from ``before`` and
+        ``graphdef``; ``objects`` numbers their writable objects as ``_walk`` found them before
+        the call), and the new array leaves to return; (None, []) when nothing changed.
+        ``name`` and ``where`` (a leaf path as the user knows it) word the errors."""
+        after, after_gd = graph_flatten(*roots, namespace=namespace)
+        if after_gd == graphdef and all(map(operator.is_, after, before)):
+            return None, []
+        origin = tuple(objects.get(id(x), -1) for x in _walk(roots))
+        changes = _Changes(list(before), after, after_gd, namespace, name, where, origin)
+        arrays = [leaf for (kind, _), leaf in zip(changes.sources, after, strict=True) if kind == 1]
+        return changes, arrays
+
+    def split(self, arrays: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        cut = len(arrays) - self.count
+        return arrays[:cut], arrays[cut:]
+
+    def write_back(self, roots: tuple[Any, ...], leaves: list[Any], changed: Sequence[Any]) -> None:
+        new = [
+            leaves[v] if kind == 0 else (changed[v] if kind == 1 else v) for kind, v in self.sources
+        ]
+        fresh = graph_unflatten(self.graphdef, new)
+        _write_back(roots, fresh if len(roots) > 1 else (fresh,), self.origin)
+        # Whatever the caller's objects could not take (a change inside a tuple or another
+        # object rebuilt from its children, at the top of an argument) is reported.
+        now, now_gd = graph_flatten(*roots, namespace=self.namespace)
+        if now_gd == self.graphdef and all(map(operator.is_, now, new)):
+            return
+        paths = self.graphdef.paths()
+        at = next(
+            (i for i, (a, b) in enumerate(zip(now, new, strict=False)) if a is not b),
+            min(len(now), len(new)),
+        )
+        where = self.where(paths[at]) if at < len(paths) else "the arguments' structure"
+        raise ValueError(
+            f"{self.name}: the function changed {where} in its arguments, and the change cannot "
+            "be written back to the caller's objects: only Modules, lists, dicts and objects "
+            "with a __dict__ are updated in place, and this change lies inside a tuple or "
+            "another object that is rebuilt rather than mutated; return the new value instead"
+        )
+
+
+def _writable(x: Any) -> bool:
+    """Whether write-back updates ``x`` in place: a list, a dict, a Module or a dataclass
+    instance (its ``__dict__``)."""
+    return isinstance(x, list | dict | _module.Module) or (
+        dataclasses.is_dataclass(x) and not isinstance(x, type) and hasattr(x, "__dict__")
+    )
+
+
+def _walk(roots: tuple[Any, ...]) -> list[Any]:
+    """The writable objects reachable from ``roots`` through tuples and writable objects,
+    each once, in a fixed order (attributes by name) that two graphs of one structure share."""
+    found: list[Any] = []
+    seen: set[int] = set()
+    stack = [roots]
+    while stack:
+        x = stack.pop()
+        if type(x) is tuple or (isinstance(x, tuple) and hasattr(x, "_fields")):
+            stack.extend(reversed(x))
+            continue
+        if not _writable(x) or id(x) in seen:
+            continue
+        seen.add(id(x))
+        found.append(x)
+        if isinstance(x, list):
+            stack.extend(reversed(x))
+        elif isinstance(x, dict):
+            stack.extend(reversed(list(x.values())))
+        else:
+            state = vars(x)
+            stack.extend(state[k] for k in sorted(state, reverse=True))
+    return found
+
+
+def _write_back(orig: tuple[Any, ...], fresh: tuple[Any, ...], origin: Sequence[int]) -> None:
+    """Makes the caller's objects ``orig`` hold what ``fresh`` holds. ``origin`` gives, for
+    each object of ``_walk(fresh)``, the index in ``_walk(orig)`` of the caller's object it
+    was rebuilt from (-1 for an object the function made); each fresh object with an origin
+    is replaced by it, so the caller's objects keep their identities, and sharing and cycles
+    among them are as the function left them."""
+    mine = _walk(orig)
+    pairs: dict[int, tuple[Any, Any]] = {}
+    for k, f in zip(origin, _walk(fresh), strict=True):
+        if k >= 0 and type(mine[k]) is type(f):
+            pairs[id(f)] = (mine[k], f)
+    done: set[int] = set()
+
+    def remap(v: Any) -> Any:
+        pair = pairs.get(id(v))
+        if pair is not None:
+            return pair[0]
+        if _writable(v):
+            fill(v, v)  # an object the function made: it may hold rebuilt ones
+        elif type(v) is tuple:
+            return tuple(map(remap, v))
+        elif isinstance(v, tuple) and hasattr(v, "_fields"):
+            return type(v)(*map(remap, v))
+        return v
+
+    def fill(target: Any, source: Any) -> None:
+        if id(source) in done:
+            return
+        done.add(id(source))
+        if isinstance(source, list):
+            target[:] = [remap(x) for x in source]
+        elif isinstance(source, dict):
+            items = [(k, remap(x)) for k, x in source.items()]
+            target.clear()
+            target.update(items)
+        else:
+            contents = {k: remap(x) for k, x in vars(source).items()}
+            if isinstance(source, _module.Module):
+                _module._DEF_SLOT.__set__(target, source._oxtree_def)
+            state = vars(target)
+            state.clear()
+            state.update(contents)
+
+    for o, f in list(pairs.values()):
+        fill(o, f)
+
 
 jtu.register_pytree_node(_Out, lambda out: ((), out), lambda out, _: out)
+jtu.register_pytree_node(_Changes, lambda c: ((), c), lambda c, _: c)
 
 _DONATE = ("none", "all", "all-except-first")
 
@@ -378,6 +565,16 @@ def _where(path: tuple[Any, ...]) -> str:
     """A leaf path of filter_jit's two roots ``(args, kwargs)``, as ``args[0]['a']``."""
     root = "args" if path[0] == SequenceKey(0) else "kwargs"
     return root + keystr(path[1:])
+
+
+def _numbered(roots: tuple[Any, ...]) -> dict[int, int]:
+    """``id -> index`` of the writable objects of ``roots``, in ``_walk``'s order."""
+    return {id(x): k for k, x in enumerate(_walk(roots))}
+
+
+def _where_first(path: tuple[Any, ...]) -> str:
+    """A leaf path of a filtered gradient's first argument, as ``args[0].w``."""
+    return "args[0]" + keystr(path)
 
 
 def _dedupe(arrays: tuple[Any, ...]) -> tuple[tuple[int, ...], tuple[Any, ...]]:
@@ -425,7 +622,7 @@ class _FilterJit:
         statics = entry.statics_of(leaves)
         arrays = entry.arrays_of(leaves)
         if len(set(map(id, arrays))) != len(arrays):
-            return self._call_aliased(entry, statics, arrays, leaves)
+            return self._call_aliased(entry, statics, arrays, leaves, (args, kwargs))
         try:
             compiled = entry.compiled.get(statics)
         except TypeError:
@@ -438,10 +635,17 @@ class _FilterJit:
             out_arrays, out = compiled(arrays)
         else:
             out_arrays, out = compiled(arrays[:kept], arrays[kept:])
+        if out.changes is not None:  # the function changed its arguments
+            return out.finish(out_arrays, leaves, (args, kwargs))
         return out.rebuild(out_arrays)
 
     def _call_aliased(
-        self, entry: _Entry, statics: tuple[Any, ...], arrays: tuple[Any, ...], leaves: list[Any]
+        self,
+        entry: _Entry,
+        statics: tuple[Any, ...],
+        arrays: tuple[Any, ...],
+        leaves: list[Any],
+        roots: tuple[Any, ...],
     ) -> Any:
         """A call where one array object fills several leaves: it is passed once, so it is one
         tracer inside (and one buffer, donated at most once)."""
@@ -459,7 +663,7 @@ class _FilterJit:
             # Objects first met among the kept arrays are kept: they come first in `unique`.
             kept = len(set(pattern[: entry.kept]))
             out_arrays, out = compiled(unique[:kept], unique[kept:])
-        return out.rebuild(out_arrays)
+        return out.finish(out_arrays, leaves, roots)
 
     def _raise_unhashable(self, entry: _Entry, leaves: list[Any]) -> None:
         paths = entry.graphdef.paths()
@@ -489,10 +693,15 @@ class _FilterJit:
             arrays = tuple(kept) + tuple(donated)
             if expand is not None:
                 arrays = expand(arrays)
-            args, kwargs = graph_unflatten(graphdef, merge(arrays + statics))
+            before = merge(arrays + statics)
+            args, kwargs = graph_unflatten(graphdef, before)
+            objects = _numbered((args, kwargs))
             out_leaves, out_graphdef = graph_flatten(fn(*args, **kwargs), namespace=namespace)
-            out = _Out(out_leaves, out_graphdef)
-            return out.arrays_of(out_leaves), out
+            changes, changed = _Changes.of(
+                (args, kwargs), before, graphdef, namespace, "filter_jit", _where, objects
+            )
+            out = _Out(out_leaves, out_graphdef, changes)
+            return (*out.arrays_of(out_leaves), *changed), out
 
         if entry.kept is None:
             return jax.jit(traced)
@@ -533,8 +742,9 @@ def filter_jit(
 
     References are kept: an object reached twice, within one argument or through two, is one
     object inside ``fn``, cycles included, and the same holds for the result. ``fn`` works on
-    rebuilt copies, so mutating its arguments never touches the caller's objects. Array leaves
-    of the result come back as JAX arrays, any other leaf as the very object ``fn`` returned.
+    rebuilt copies; what it changes in them (attributes, list and dict contents) is written
+    back to the caller's objects after every call, in place. Array leaves of the result come
+    back as JAX arrays, any other leaf as the very object ``fn`` returned.
 
     ``donate`` hands the array arguments' buffers to XLA for reuse: ``"all"``, or
     ``"all-except-first"`` to keep those of the first positional argument.
@@ -548,8 +758,8 @@ def filter_jit(
     >>> s = {'w': jnp.ones(2), 'g': jnp.ones(2)}
     >>> step(s, 0.5, mode='sgd')['w']
     Array([0.5, 0.5], dtype=float32)
-    >>> s['w']  # the caller's dict is not mutated
-    Array([1., 1.], dtype=float32)
+    >>> s['w']  # the change is written back to the caller's dict
+    Array([0.5, 0.5], dtype=float32)
     >>> x = [jnp.zeros(())]
     >>> out = filter_jit(lambda v: v)({'a': x, 'b': x})
     >>> out['a'] is out['b']
@@ -599,6 +809,7 @@ def filter_value_and_grad(
     if fn is None:
         return lambda f: filter_value_and_grad(f, has_aux=has_aux, namespace=namespace)
     _check_fn(fn, "filter_value_and_grad")
+    name = "filter_value_and_grad"
 
     @functools.wraps(fn)
     def value_and_grad(first: Any, /, *args: Any, **kwargs: Any) -> Any:
@@ -609,15 +820,27 @@ def filter_value_and_grad(
             rebuilt = list(leaves)
             for i, d in zip(where, diff, strict=True):
                 rebuilt[i] = d
-            return fn(graph_unflatten(graphdef, rebuilt), *args, **kwargs)
+            copy = graph_unflatten(graphdef, rebuilt)
+            objects = _numbered((copy,))
+            out = fn(copy, *args, **kwargs)
+            # What fn changed in its first argument goes back to the caller, undifferentiated.
+            changes, changed = _Changes.of(
+                (copy,), rebuilt, graphdef, namespace, name, _where_first, objects
+            )
+            changed = [jax.lax.stop_gradient(c) for c in changed]
+            if has_aux:
+                return out[0], (out[1], changes, changed)
+            return out, (None, changes, changed)
 
-        value, diff_grads = jax.value_and_grad(differentiable, has_aux=has_aux)(
-            [leaves[i] for i in where]
-        )
+        (value, (aux, changes, changed)), diff_grads = jax.value_and_grad(
+            differentiable, has_aux=True
+        )([leaves[i] for i in where])
+        if changes is not None:
+            changes.write_back((first,), leaves, changed)
         grads: list[Any] = [None] * len(leaves)
         for i, g in zip(where, diff_grads, strict=True):
             grads[i] = g
-        return value, graph_unflatten(graphdef, grads)
+        return ((value, aux) if has_aux else value), graph_unflatten(graphdef, grads)
 
     return value_and_grad
 

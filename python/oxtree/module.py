@@ -34,7 +34,7 @@ import sys
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Self, TypeVar
 
 from oxtree._core import (
     GetAttrKey,
@@ -45,6 +45,8 @@ from oxtree._core import (
     tree_map,
 )
 
+# The names `oxtree` itself re-exports. ModulePath and the filters (OfKind, OfType,
+# PathContains, All, AnyOf, Not) are public here, in `oxtree.module`, only.
 __all__ = ["Kind", "Module", "Parameter", "State"]
 
 _T = TypeVar("_T")
@@ -115,7 +117,6 @@ class _Layout:
 
     __slots__ = (
         "_hash",
-        "jax_keys",
         "keys",
         "kinds",
         "name_to_kind",
@@ -129,7 +130,6 @@ class _Layout:
         self.kinds: tuple[Kind, ...] = tuple(k for _, k in items)
         self.name_to_kind: Mapping[str, Kind] = MappingProxyType(dict(items))
         self.keys = tuple(GetAttrKey(n) for n in self.names)
-        self.jax_keys: tuple[Any, ...] | None = None
         self._hash = hash((self.names, self.kinds))
         # The children of a module, read from its __dict__ by one C call.
         if len(self.names) >= 2:
@@ -356,13 +356,8 @@ def _flatten(m: Module) -> tuple[tuple[Any, ...], _ModuleDef, tuple[GetAttrKey, 
         raise _unassigned(m, e) from None
 
 
-def _flatten_jax(m: Module) -> tuple[tuple[Any, ...], _ModuleDef]:
-    children, aux, _ = _flatten(m)
-    return children, aux
-
-
 def _flatten_with_keys(m: Module) -> tuple[tuple[tuple[Any, Any], ...], _ModuleDef]:
-    children, aux = _flatten_jax(m)
+    children, aux, _ = _flatten(m)
     return tuple(zip(aux.keys, children, strict=True)), aux
 
 
@@ -384,13 +379,61 @@ def _unflattener(cls: type[_M]) -> Callable[[_ModuleDef, Any], _M]:
 _PENDING_JAX: list[type[Module]] = []
 
 
-def _flatten_with_jax_keys(m: Module) -> tuple[tuple[tuple[Any, Any], ...], _ModuleDef]:
-    children, aux = _flatten_jax(m)
-    keys = aux.layout.jax_keys
-    if keys is None:  # JAX's own key class, made once per layout
-        make_key = sys.modules["jax"].tree_util.GetAttrKey
-        keys = aux.layout.jax_keys = tuple(make_key(n) for n in aux.names)
-    return tuple(zip(keys, children, strict=True)), aux
+class ModulePath:
+    """One key in JAX's view of a Module: the whole key path of a leaf below the module.
+
+    To JAX, a Module is one node whose children are the leaves of its graph
+    (:func:`oxtree.graph_flatten`): a submodule reached twice (tied weights) gives its leaves
+    once, so ``jax.grad`` sums its gradient and ``jax.tree_util.tree_map`` (optax's
+    ``apply_updates``, say) keeps it shared. Each leaf's key is a ``ModulePath`` that prints
+    as ``keystr`` prints the path (``.layers[0].weight``); a leaf right below the module gets
+    JAX's own ``GetAttrKey``.
+
+    >>> from oxtree import GetAttrKey, SequenceKey
+    >>> k = ModulePath((GetAttrKey('layers'), SequenceKey(0), GetAttrKey('weight')))
+    >>> k, str(k), k.path[-1]
+    (ModulePath('.layers[0].weight'), '.layers[0].weight', GetAttrKey(name='weight'))
+    """
+
+    __slots__ = ("_text", "path")
+
+    def __init__(self, path: tuple[Any, ...]) -> None:
+        from oxtree._core import keystr
+
+        self.path = tuple(path)
+        self._text = keystr(self.path)
+
+    def __str__(self) -> str:
+        return self._text
+
+    def __repr__(self) -> str:
+        return f"ModulePath({self._text!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ModulePath) and self.path == other.path
+
+    def __hash__(self) -> int:
+        return hash((ModulePath, self.path))
+
+
+def _graph_children(m: Module) -> tuple[list[Any], Any]:
+    # None is a leaf here so that a module and its gradient (None where nothing is
+    # differentiated) have equal aux data; JAX then sees each None child as its own None.
+    return graph_flatten(m, none_is_leaf=True)  # type: ignore[no-any-return]
+
+
+def _graph_children_with_keys(m: Module) -> tuple[list[tuple[Any, Any]], Any]:
+    leaves, gd = _graph_children(m)
+    make_key = sys.modules["jax"].tree_util.GetAttrKey
+    keys = [
+        make_key(p[0].name) if len(p) == 1 and type(p[0]) is GetAttrKey else ModulePath(p)
+        for p in gd.paths()
+    ]
+    return list(zip(keys, leaves, strict=True)), gd
+
+
+def _graph_rebuild(gd: Any, children: Any) -> Any:
+    return graph_unflatten(gd, children)
 
 
 def _register_pending_with_jax() -> None:
@@ -402,7 +445,7 @@ def _register_pending_with_jax() -> None:
     while _PENDING_JAX:
         cls = _PENDING_JAX.pop()
         try:
-            register(cls, _flatten_with_jax_keys, _unflattener(cls), _flatten_jax)
+            register(cls, _graph_children_with_keys, _graph_rebuild, _graph_children)
         except ValueError as e:  # already registered (by oxtree.jax, say): nothing to do
             if "Duplicate" not in str(e):
                 raise
@@ -471,7 +514,7 @@ class Module:
     _oxtree_def: _ModuleDef
     training: bool
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
         if _PENDING_JAX:
             _register_pending_with_jax()
         self = _new_object(cls)
@@ -489,6 +532,19 @@ class Module:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         _register(cls)
+
+    # Rebuilding in two steps (see graph.rs): a module on a reference cycle (a child that
+    # holds its parent) exists before its children, as a list does.
+    @classmethod
+    def _oxtree_graph_empty_(cls, aux: _ModuleDef) -> Module:
+        m = _new_object(cls)
+        _DEF_SLOT.__set__(m, aux)
+        m.__dict__.update(aux.others)  # type: ignore[arg-type]
+        return m
+
+    @staticmethod
+    def _oxtree_graph_fill_(m: Module, aux: _ModuleDef, children: tuple[Any, ...]) -> None:
+        m.__dict__.update(zip(aux.names, children, strict=True))
 
     # -- kinds ------------------------------------------------------------------------------
 
@@ -641,12 +697,110 @@ class Module:
             tree_map(lambda a, b: a, self, other, none_is_leaf=True)
             raise ValueError(
                 f"{type(self).__qualname__}.update: the modules have the same tree structure "
-                "but share submodules differently (a transformation that does not keep "
-                "sharing, such as jax.grad or jax.jit, copies a shared submodule once per "
-                "occurrence; filter_jit and graph_flatten keep it shared)"
+                "but share submodules differently (oxtree's tree functions, such as "
+                "oxtree.tree_map, copy a shared submodule once per occurrence; JAX's "
+                "(jax.tree_util.tree_map, jax.grad, optax), filter_jit and graph_flatten "
+                "keep it shared)"
             )
         leaves = [a if b is None else b for a, b in zip(mine, theirs, strict=True)]
+        _check_like(self, "update", gd, mine, leaves)
         return graph_unflatten(gd, leaves)  # type: ignore[no-any-return]
+
+    def select(self, *filters: Any) -> Self:
+        """A module of the same class in which only the leaves that every filter accepts
+        remain (every other leaf is None); shared submodules stay shared.
+
+        A filter is a :class:`Kind`, a type (of the leaf), a bool, a function of
+        ``(path, kind, leaf)``, or one of :class:`OfKind`, :class:`OfType`,
+        :class:`PathContains`, :class:`All`, :class:`AnyOf`, :class:`Not`.
+
+        >>> class M(Module):
+        ...     def __init__(self):
+        ...         self.register_parameter('w', 1.0)
+        ...         self.register_parameter('b', 0.5)
+        ...         self.register_state('n', 0)
+        >>> s = M().select(Kind.PARAMETER, Not(PathContains('b')))
+        >>> s.w, s.b, s.n
+        (1.0, None, None)
+        """
+        test = All(*filters)
+        leaves, gd = graph_flatten(self, none_is_leaf=True)
+        kept = [
+            leaf if leaf is not None and test(path, kind, leaf) else None
+            for path, kind, leaf in zip(gd.paths(), _leaf_kinds(self, gd), leaves, strict=True)
+        ]
+        return graph_unflatten(gd, kept)  # type: ignore[no-any-return]
+
+    def state_dict(self, *filters: Any) -> dict[str, Any]:
+        """The leaves by key path (``keystr`` without the leading dot), each shared one once,
+        None leaves left out; with ``filters`` (see :meth:`select`), only the leaves they
+        accept. :meth:`load_state_dict` reads it back.
+
+        >>> class M(Module):
+        ...     def __init__(self):
+        ...         self.layers = [Module(), Module()]
+        ...         self.layers[0].register_parameter('w', 1.0)
+        ...         self.register_state('n', 0)
+        >>> M().state_dict()
+        {'layers[0].w': 1.0, 'n': 0}
+        """
+        from oxtree._core import keystr
+
+        source = self.select(*filters) if filters else self
+        leaves, gd = graph_flatten(source, none_is_leaf=True)
+        return {
+            keystr(path).removeprefix("."): leaf
+            for path, leaf in zip(gd.paths(), leaves, strict=True)
+            if leaf is not None
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any], *, strict: bool = True) -> Self:
+        """A new module whose leaves are read from ``state`` (as :meth:`state_dict` makes
+        it); ``self`` is untouched and shared submodules stay shared. An array must keep its
+        shape and dtype. With ``strict`` (the default), every leaf of the module must be in
+        ``state`` and every key of ``state`` must name one; otherwise missing leaves keep
+        their values and unknown keys are ignored. A ValueError names every missing,
+        unknown and mis-shaped entry.
+
+        >>> class M(Module):
+        ...     def __init__(self):
+        ...         self.register_parameter('w', 1.0)
+        ...         self.register_state('n', 0)
+        >>> m = M().load_state_dict({'w': 2.0, 'n': 3})
+        >>> m.w, m.n
+        (2.0, 3)
+        >>> M().load_state_dict({'w': 2.0, 'x': 1})
+        Traceback (most recent call last):
+        ...
+        ValueError: M.load_state_dict: missing keys ['n']; unknown keys ['x']
+        """
+        from oxtree._core import keystr
+
+        if not isinstance(state, Mapping):
+            raise TypeError(
+                f"{type(self).__qualname__}.load_state_dict expects a mapping from key paths "
+                f"to leaves, got {type(state).__name__}"
+            )
+        leaves, gd = graph_flatten(self, none_is_leaf=True)
+        keys = [keystr(path).removeprefix(".") for path in gd.paths()]
+        new = [
+            state.get(key, leaf) if leaf is not None else state.get(key)
+            for key, leaf in zip(keys, leaves, strict=True)
+        ]
+        problems = []
+        if strict:
+            missing = [k for k, leaf in zip(keys, leaves, strict=True) if leaf is not None]
+            missing = [k for k in missing if k not in state]
+            if missing:
+                problems.append(f"missing keys {missing}")
+        known = set(keys)
+        unknown = [k for k in state if k not in known]
+        if strict and unknown:
+            problems.append(f"unknown keys {unknown}")
+        if problems:
+            raise ValueError(f"{type(self).__qualname__}.load_state_dict: {'; '.join(problems)}")
+        _check_like(self, "load_state_dict", gd, leaves, new)
+        return graph_unflatten(gd, new)  # type: ignore[no-any-return]
 
     def replace(self: _M, **changes: Any) -> _M:
         """A shallow copy with some attributes replaced; ``self`` is untouched.
@@ -776,3 +930,195 @@ def _short_repr(value: Any) -> str:
     if text.startswith("<") and callable(value) and isinstance(name, str):
         return name
     return text
+
+
+def _check_like(m: Module, what: str, gd: Any, old: list[Any], new: list[Any]) -> None:
+    """Raises a ValueError naming every array leaf of ``new`` whose shape or dtype differs
+    from the one it replaces in ``old``."""
+    bad = []
+    for i, (a, b) in enumerate(zip(old, new, strict=True)):
+        if a is b or not (_is_array(a) and _is_array(b)):
+            continue
+        if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
+            bad.append(i)
+    if not bad:
+        return
+    from oxtree._core import keystr
+
+    paths = gd.paths()
+    detail = "; ".join(
+        f"{keystr(paths[i]).removeprefix('.')}: expected {old[i].dtype}{list(old[i].shape)}, "
+        f"got {new[i].dtype}{list(new[i].shape)}"
+        for i in bad
+    )
+    raise ValueError(f"{type(m).__qualname__}.{what}: arrays of another shape or dtype: {detail}")
+
+
+def _leaf_kinds(root: Module, gd: Any) -> list[Kind | None]:
+    """The kind of the attribute each graph leaf of ``root`` lies under (None when no module
+    attribute holds it), found by following its path."""
+    kinds: list[Kind | None] = []
+    for path in gd.paths():
+        node: Any = root
+        kind: Kind | None = None
+        for entry in path:
+            if isinstance(node, Module) and type(entry) is GetAttrKey:
+                kind = node._oxtree_def.layout.name_to_kind.get(entry.name, Kind.OTHERS)
+                node = node.__dict__.get(entry.name)
+                continue
+            key = getattr(entry, "idx", getattr(entry, "key", _MISSING))
+            try:
+                node = node[key]
+            except Exception:  # a registered node's entry: the kind stays that of its holder
+                break
+        kinds.append(kind)
+    return kinds
+
+
+# --------------------------------------------------------------------------------------------
+# Filters: predicates on (path, kind, leaf), for select and state_dict
+# --------------------------------------------------------------------------------------------
+
+
+class _Filter:
+    __slots__ = ()
+
+    def __call__(self, path: tuple[Any, ...], kind: Kind | None, leaf: Any) -> bool:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        args = ", ".join(repr(getattr(self, n)) for n in self.__slots__)
+        return f"{type(self).__name__}({args})"
+
+
+def _as_filter(f: Any) -> Callable[[tuple[Any, ...], Kind | None, Any], bool]:
+    if isinstance(f, _Filter):
+        return f
+    if isinstance(f, Kind):
+        return OfKind(f)
+    if isinstance(f, bool):
+        return lambda path, kind, leaf: f
+    if isinstance(f, type):
+        return OfType(f)
+    if callable(f):
+        return f  # type: ignore[no-any-return]
+    raise TypeError(
+        "a module filter is a Kind, a type, a bool, a function of (path, kind, leaf) or a "
+        f"filter such as OfKind or PathContains, got {type(f).__name__}: {f!r}"
+    )
+
+
+def _all_of(items: tuple[_T, ...], cls: type, message: str) -> tuple[_T, ...]:
+    for x in items:
+        if not isinstance(x, cls):
+            raise TypeError(f"{message}, got {type(x).__name__}: {x!r}")
+    return items
+
+
+class OfKind(_Filter):
+    """Accepts the leaves held by attributes of any of ``kinds``.
+
+    >>> OfKind(Kind.STATE)((), Kind.STATE, 0), OfKind(Kind.STATE)((), Kind.PARAMETER, 0)
+    (True, False)
+    """
+
+    __slots__ = ("kinds",)
+
+    def __init__(self, *kinds: Kind) -> None:
+        self.kinds = frozenset(_all_of(kinds, Kind, "OfKind expects Kinds"))
+
+    def __call__(self, path: tuple[Any, ...], kind: Kind | None, leaf: Any) -> bool:
+        return kind in self.kinds
+
+    def __repr__(self) -> str:
+        return f"OfKind({', '.join(sorted(k.name for k in self.kinds))})"
+
+
+class OfType(_Filter):
+    """Accepts the leaves that are instances of any of ``types``.
+
+    >>> OfType(float)((), None, 1.0), OfType(float)((), None, 1)
+    (True, False)
+    """
+
+    __slots__ = ("types",)
+
+    def __init__(self, *types: type) -> None:
+        self.types = _all_of(types, type, "OfType expects types")
+
+    def __call__(self, path: tuple[Any, ...], kind: Kind | None, leaf: Any) -> bool:
+        return isinstance(leaf, self.types)
+
+
+class PathContains(_Filter):
+    """Accepts the leaves whose key path has an entry named ``key`` (an attribute name, a
+    dict key or a sequence index).
+
+    >>> from oxtree import GetAttrKey, SequenceKey
+    >>> PathContains('enc')((GetAttrKey('enc'), SequenceKey(0)), None, 1.0)
+    True
+    """
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+
+    def __call__(self, path: tuple[Any, ...], kind: Kind | None, leaf: Any) -> bool:
+        key = self.key
+        for entry in path:
+            value = getattr(entry, "name", getattr(entry, "key", getattr(entry, "idx", entry)))
+            if type(value) is type(key) and value == key:
+                return True
+        return False
+
+
+class _Combined(_Filter):
+    """Filters joined by ``_join`` (``all`` or ``any``)."""
+
+    __slots__ = ("filters",)
+    _join: Callable[[Iterator[bool]], bool]
+
+    def __init__(self, *filters: Any) -> None:
+        self.filters = tuple(map(_as_filter, filters))
+
+    def __call__(self, path: tuple[Any, ...], kind: Kind | None, leaf: Any) -> bool:
+        return type(self)._join(f(path, kind, leaf) for f in self.filters)
+
+
+class All(_Combined):
+    """Accepts the leaves every one of ``filters`` accepts (all leaves when none is given).
+
+    >>> All(Kind.PARAMETER, float)((), Kind.PARAMETER, 1.0)
+    True
+    """
+
+    __slots__ = ()
+    _join = all
+
+
+class AnyOf(_Combined):
+    """Accepts the leaves at least one of ``filters`` accepts.
+
+    >>> AnyOf(Kind.PARAMETER, Kind.STATE)((), Kind.STATE, 0)
+    True
+    """
+
+    __slots__ = ()
+    _join = any
+
+
+class Not(_Filter):
+    """Accepts the leaves ``filter`` rejects.
+
+    >>> Not(Kind.PARAMETER)((), Kind.STATE, 0)
+    True
+    """
+
+    __slots__ = ("filter",)
+
+    def __init__(self, filter: Any) -> None:
+        self.filter = _as_filter(filter)
+
+    def __call__(self, path: tuple[Any, ...], kind: Kind | None, leaf: Any) -> bool:
+        return not self.filter(path, kind, leaf)

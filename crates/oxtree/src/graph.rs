@@ -8,9 +8,10 @@
 //!
 //! Rebuilding must create each shared object once. Without references it is the tree
 //! engine's unflatten. With them, mutable containers (list, dict, OrderedDict, defaultdict,
-//! deque) that are referred to are created empty first, so a reference can be handed out
-//! before they are filled; nodes built from their children (tuples, namedtuples, registered
-//! classes) are built once their children exist, in post-order, and those held up by a
+//! deque) and registered classes that rebuild in two steps (`oxtree.Module`) that are
+//! referred to are created empty first, so a reference can be handed out before they are
+//! filled; nodes built from their children (tuples, namedtuples, other registered classes)
+//! are built once their children exist, in post-order, and those held up by a
 //! reference to an ancestor not yet built are retried until none is left. Python cannot
 //! close a cycle through immutable containers alone, so this always finishes for objects
 //! made of the builtin containers; a cycle through registered classes only is reported.
@@ -84,12 +85,28 @@ impl GraphDef {
     }
 }
 
-/// Whether a node of this kind is created empty and filled afterwards.
-fn is_mutable(kind: Kind) -> bool {
-    matches!(
-        kind,
-        Kind::List | Kind::Dict | Kind::OrderedDict | Kind::DefaultDict | Kind::Deque
-    )
+/// Whether a node is created empty and filled afterwards: the builtin mutable containers,
+/// and registered classes that rebuild in two steps (see [`two_step`]).
+fn is_mutable(py: Python<'_>, node: &Node) -> bool {
+    match node.kind {
+        Kind::List | Kind::Dict | Kind::OrderedDict | Kind::DefaultDict | Kind::Deque => true,
+        Kind::Custom => two_step(py, node).is_some(),
+        _ => false,
+    }
+}
+
+/// The class of a custom node that rebuilds in two steps, as `oxtree.Module` does: its
+/// `_oxtree_graph_empty_(aux)` makes the object without its children, and
+/// `_oxtree_graph_fill_(obj, aux, children)` gives them to it later, so a reference to the
+/// object can be handed out before its children exist (a child that holds its parent).
+/// Asked only while rebuilding a graph with references, never on the tree paths.
+fn two_step<'py>(py: Python<'py>, node: &Node) -> Option<Bound<'py, PyAny>> {
+    let reg = node.custom()?;
+    let ty = reg.ty.bind(py);
+    match ty.hasattr(pyo3::intern!(py, "_oxtree_graph_fill_")) {
+        Ok(true) => Some(ty.clone().into_any()),
+        _ => None,
+    }
 }
 
 /// An empty container of a mutable node's kind, with its options (factory, maxlen).
@@ -102,6 +119,10 @@ fn empty<'py>(py: Python<'py>, node: &Node) -> PyResult<Bound<'py, PyAny>> {
         Kind::OrderedDict => c.ordered_dict.bind(py).call0()?,
         Kind::DefaultDict => c.default_dict.bind(py).call1((data(),))?,
         Kind::Deque => c.deque.bind(py).call1((PyTuple::empty(py), data()))?,
+        Kind::Custom => match two_step(py, node) {
+            Some(ty) => ty.call_method1(pyo3::intern!(py, "_oxtree_graph_empty_"), (data(),))?,
+            None => unreachable!("only two-step classes are created empty"),
+        },
         _ => unreachable!("only mutable kinds are created empty"),
     })
 }
@@ -123,6 +144,12 @@ fn fill<'py>(
         }
         Kind::Deque => {
             target.call_method1("extend", (ts::unflatten_list(py, children),))?;
+            Ok(())
+        }
+        Kind::Custom => {
+            let ty = two_step(py, node).expect("only two-step classes are filled");
+            let args = (target, node.kept_data(py), PyTuple::new(py, children)?);
+            ty.call_method1(pyo3::intern!(py, "_oxtree_graph_fill_"), args)?;
             Ok(())
         }
         _ => ts::fill_mapping(py, target, node, &children, Face::Optree),
@@ -182,7 +209,9 @@ impl<'py> Rebuild<'_, 'py> {
                 self.objs[i] = Some(ts::make_node(self.py, Face::Optree, node, values)?);
             }
             // Held up: a mutable container exists from now on, to be filled later.
-            (None, false) if is_mutable(node.kind) => self.objs[i] = Some(empty(self.py, node)?),
+            (None, false) if is_mutable(self.py, node) => {
+                self.objs[i] = Some(empty(self.py, node)?)
+            }
             (_, false) => {}
         }
         self.done[i] = ready;
@@ -210,7 +239,7 @@ fn rebuild_shared<'py>(
     // descendant, in a cycle) can be handed out before it is filled.
     for (_, target) in gd.ref_at() {
         let node = &spec.nodes[target];
-        if is_mutable(node.kind) && r.objs[target].is_none() {
+        if r.objs[target].is_none() && is_mutable(py, node) {
             r.objs[target] = Some(empty(py, node)?);
         }
     }
