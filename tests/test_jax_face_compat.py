@@ -482,3 +482,32 @@ def test_treedef_equality_error_names_the_type_as_jax_does() -> None:
         ),
         ours,
     ), ours
+
+
+# ------------------------------------------------------------------------------------------
+# Mirrored registrations take any aux data, as JAX does
+
+
+def test_mirrored_static_type_with_unhashable_value_traces_once_per_value() -> None:
+    import jax
+    import oxtree.jax as oxjax
+
+    @otu.register_static
+    class StaticMap(dict):  # unhashable: JAX compares it, never hashes it
+        pass
+
+    assert oxjax.register(StaticMap) is StaticMap
+    calls = []
+
+    @jax.jit
+    def fn(x: Any, static: Any) -> Any:
+        calls.append(1)
+        return x + static["k"]
+
+    assert int(fn(1, StaticMap(k=2))) == 3
+    assert int(fn(5, StaticMap(k=2))) == 7
+    assert len(calls) == 1
+    assert int(fn(1, StaticMap(k=4))) == 5
+    assert len(calls) == 2
+    ((path, leaf),) = jtu.tree_leaves_with_path([StaticMap(k=1), 3])
+    assert (path, leaf) == ((jtu.SequenceKey(1),), 3)

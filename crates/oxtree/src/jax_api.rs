@@ -157,6 +157,23 @@ fn _is_leaf(tree: &Bound<'_, PyAny>, is_leaf: Option<&Bound<'_, PyAny>>) -> PyRe
     api::is_leaf_impl(tree, is_leaf, false, "", Face::Jax)
 }
 
+/// `tree_flatten_with_path` with the registrations of `namespace`: how `oxtree.jax` hands a
+/// registered type's children and keys to JAX, which flattens it as the JAX face does (any
+/// aux data, JAX's keys).
+#[pyfunction]
+#[pyo3(signature = (tree, is_leaf = None, *, namespace = ""))]
+fn _flatten_with_path_in<'py>(
+    tree: &Bound<'py, PyAny>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    namespace: &str,
+) -> PyResult<(Bound<'py, PyList>, PyTreeSpec)> {
+    let opts = Options {
+        face: Face::Jax,
+        ..Options::new(is_leaf, false, namespace)
+    };
+    api::keyed_pairs_impl(tree, &opts)
+}
+
 /// Each of `prefix_leaves` (the leaves of `prefix_treedef`) repeated once per leaf of the
 /// subtree of `full_treedef` it stands for: the leaves of the full tree that broadcasting
 /// the prefix tree gives.
@@ -230,6 +247,7 @@ pub fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tree_leaves_with_path, &m)?)?;
     m.add_function(wrap_pyfunction!(tree_map_with_path, &m)?)?;
     m.add_function(wrap_pyfunction!(_is_leaf, &m)?)?;
+    m.add_function(wrap_pyfunction!(_flatten_with_path_in, &m)?)?;
     m.add_function(wrap_pyfunction!(
         broadcast_flattened_prefix_with_treedef,
         &m
