@@ -6,7 +6,8 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.deps-installed
 
-.PHONY: all demo test lint build bench bench-jit bench-graph bench-import fuzz docs-check fmt clean
+.PHONY: all demo test lint build bench bench-jit bench-graph bench-import fuzz docs-check fmt clean \
+	compat-jax compat-jax-run
 
 all: build
 
@@ -72,8 +73,46 @@ fuzz: build
 docs-check: build
 	$(PY) tools/docs_check.py
 
+# JAX's own tests/tree_util_test.py against oxtree.tree_util / oxtree.tree, scored against
+# the tests that pass on jax itself (tools/compat_jax/run.py): the pinned jax in .venv with
+# the file of its release tag, then the newest jax from PyPI (Python 3.12, in .venv-jax-new,
+# oxtree built into it) with the file of the snapshot's newest commit. The file is read from
+# the jax repository snapshot, never copied here; without the snapshot the target skips.
+JAX_SNAPSHOT ?= /work/.mirror/jax-ml+jax/repo
+PYTHON_NEW ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3.12; do \
+	$$p -c 'import sys; print(sys.executable)' 2>/dev/null && break; done)
+VENV_NEW := .venv-jax-new
+COMPAT_JAX_STAMP := $(VENV)/.compat-jax-deps-installed
+NEW_STAMP := $(VENV_NEW)/.deps-installed
+
+$(COMPAT_JAX_STAMP): requirements-compat-jax.txt $(STAMP)
+	$(PIP) install --quiet -r requirements-compat-jax.txt
+	touch $(COMPAT_JAX_STAMP)
+
+$(NEW_STAMP): requirements-compat-jax.txt
+	$(PYTHON_NEW) -m venv $(VENV_NEW)
+	$(VENV_NEW)/bin/pip install --quiet --upgrade pip
+	$(VENV_NEW)/bin/pip install --quiet --upgrade jax jaxlib pytest numpy "maturin>=1.9.4,<2" \
+		-r requirements-compat-jax.txt
+	touch $(NEW_STAMP)
+
+compat-jax:
+	@if [ ! -d "$(JAX_SNAPSHOT)" ]; then \
+		echo "jax suite: skipped, no jax repository snapshot at $(JAX_SNAPSHOT)"; exit 0; fi; \
+	$(MAKE) --no-print-directory compat-jax-run
+
+compat-jax-run: build $(COMPAT_JAX_STAMP) $(NEW_STAMP)
+	VIRTUAL_ENV=$(CURDIR)/$(VENV_NEW) $(VENV_NEW)/bin/maturin develop --release --quiet \
+		--target-dir target/jax-new
+	@status=0; \
+	$(PY) tools/compat_jax/run.py --snapshot $(JAX_SNAPSHOT) --ref jax-v0.10.2 --label \
+		|| status=1; \
+	$(VENV_NEW)/bin/python tools/compat_jax/run.py --snapshot $(JAX_SNAPSHOT) --ref HEAD --label \
+		|| status=1; \
+	exit $$status
+
 clean:
-	rm -rf $(VENV) .venv-3.* target dist
+	rm -rf $(VENV) $(VENV_NEW) .venv-3.* target dist
 
 # --- Versions and releases ------------------------------------------------------------------
 # `make test-matrix`: stubtest and the whole pytest suite on every CPython 3.11+ found (pyenv

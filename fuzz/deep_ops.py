@@ -486,6 +486,13 @@ def ops(fx: dict[str, Any]) -> dict[str, tuple[tuple[str, ...], Callable[[], Any
         keyed, _ = tu.flatten_one_level_with_keys(tree)
         return next(iter(children)) is tree[0] and len(list(keyed)) == 1
 
+    def jax_treedef_methods() -> bool:
+        treedef = tu.tree_structure(tree)
+        back = tu.PyTreeDef.deserialize_using_proto(
+            tu.default_registry, treedef.serialize_using_proto()
+        )
+        return back == treedef and is_chain(treedef.from_iterable_tree(tree), d, LEAF)
+
     def jax_tree_module() -> bool:
         t = oxtree.tree
         leaves, treedef = t.flatten(tree)
@@ -704,6 +711,14 @@ def ops(fx: dict[str, Any]) -> dict[str, tuple[tuple[str, ...], Callable[[], Any
         "jax_one_level": (
             ("tree_util.flatten_one_level", "tree_util.flatten_one_level_with_keys"),
             jax_one_level,
+        ),
+        "jax_treedef_methods": (
+            (
+                "PyTreeSpec.serialize_using_proto",
+                "PyTreeSpec.deserialize_using_proto",
+                "PyTreeSpec.from_iterable_tree",
+            ),
+            jax_treedef_methods,
         ),
         "jax_tree_module": (
             tuple(

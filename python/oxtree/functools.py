@@ -36,6 +36,18 @@ class Partial(functools.partial):
             func = _HashableCallableShim(func)
         return super().__new__(cls, func, *args, **kw)
 
+    def __repr__(self) -> str:
+        # JAX's repr on every Python version: 3.13 put the class's module into partial's repr,
+        # where JAX's Partial says `jax.tree_util.Partial(...)`; before it, `Partial(...)`.
+        text = super().__repr__()
+        if type(self) is Partial and text.startswith(_OWN_PREFIX):
+            return _JAX_PREFIX + text[len(_OWN_PREFIX) :]
+        return text
+
+
+_OWN_PREFIX = f"{__name__}.Partial("
+_JAX_PREFIX = "jax.tree_util.Partial("
+
 
 class _HashableCallableShim:
     """Wraps a callable so functools.partial does not merge it; equal when the wrapped are."""
@@ -50,9 +62,10 @@ class _HashableCallableShim:
         return self.wrapped(*args, **kwargs)
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, _HashableCallableShim):
-            return NotImplemented
-        return self.wrapped == other.wrapped
+        # Equal to the wrapped partial itself too, as JAX's shim is: `p.func == inner`.
+        if isinstance(other, _HashableCallableShim):
+            return bool(self.wrapped == other.wrapped)
+        return bool(self.wrapped == other)
 
     def __hash__(self) -> int:
         return hash(self.wrapped)

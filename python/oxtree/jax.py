@@ -39,6 +39,7 @@ import jax
 import jax.tree_util as jtu
 import numpy as np
 
+from oxtree import _core
 from oxtree import module as _module
 from oxtree._core import (
     DictKey,
@@ -49,7 +50,6 @@ from oxtree._core import (
     keystr,
     registered_types,
     tree_flatten,
-    tree_flatten_with_keys,
 )
 from oxtree.graph import GraphDef, graph_flatten, graph_unflatten
 from oxtree.ops import broadcast_prefix
@@ -122,15 +122,17 @@ def _mirror_functions(
     """JAX's flatten, flatten-with-keys and unflatten for a type, built on oxtree's one-level
     flatten: the aux data is the node's one-level treespec (it holds oxtree's aux data, a
     dataclass's meta fields or a static value, compares and hashes as they do) and
-    unflattening is that treespec's own, so every kind of oxtree registration mirrors alike."""
+    unflattening is that treespec's own, so every kind of oxtree registration mirrors alike.
+    The walks are the JAX face's, since JAX flattens the type: aux data need not be hashable
+    (JAX compares it when it must, a static dict for one)."""
 
     def flatten(obj: Any) -> tuple[list[Any], Any]:
-        return _flatten_one_level(obj, namespace=namespace)
+        return _flatten_one_level(obj, namespace=namespace, jax=True)
 
     def flatten_with_keys(obj: Any) -> tuple[list[tuple[Any, Any]], Any]:
         # Everything below `obj` is a leaf: one level, with the keys oxtree's JAX face gives
         # (a registered flatten_with_keys's keys, GetAttrKey for dataclass fields, ...).
-        pairs, spec = tree_flatten_with_keys(
+        pairs, spec = _core.jax._flatten_with_path_in(
             obj, functools.partial(operator.is_not, obj), namespace=namespace
         )
         return [(_jax_key(path[0]), child) for path, child in pairs], spec

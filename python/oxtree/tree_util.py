@@ -27,16 +27,17 @@ from oxtree._core import (
     GetAttrKey,
     PyTreeSpec,
     SequenceKey,
+    _register_dataclass_fields,
     keystr,
     registered_types,
 )
 from oxtree._core import register_pytree_node as _register_node
 from oxtree._core import register_static as _register_static
 from oxtree.functools import Partial
-from oxtree.registry import register_dataclass as _register_dataclass
 from oxtree.types import is_namedtuple_class
 
 _jax = _core.jax
+broadcast_flattened_prefix_with_treedef = _jax.broadcast_flattened_prefix_with_treedef
 tree_flatten = _jax.tree_flatten
 tree_leaves = _jax.tree_leaves
 tree_structure = _jax.tree_structure
@@ -165,6 +166,11 @@ def register_dataclass(
 ) -> _C:
     """Registers a dataclass: data fields are children, meta fields static (JAX's rules).
 
+    Without ``data_fields`` and ``meta_fields`` they are read off a dataclass's fields (those
+    with ``metadata={'static': True}`` are meta). For a dataclass the two lists must name
+    every ``__init__`` field (less ``drop_fields``) and nothing else; a plain class is taken
+    at its word. Instances are rebuilt by ``nodetype(**fields)``.
+
     >>> import dataclasses
     >>> @dataclasses.dataclass
     ... class Point:
@@ -177,7 +183,44 @@ def register_dataclass(
     >>> tree_map(lambda v: v * 10, Point(1.0, 2.0, 'p'))
     Point(x=10.0, y=20.0, label='p')
     """
-    return _register_dataclass(nodetype, data_fields, meta_fields, drop_fields)
+    import dataclasses  # here: importing it costs more than the rest of `import oxtree`
+
+    if data_fields is None or meta_fields is None:
+        if (data_fields is None) != (meta_fields is None):
+            raise TypeError(
+                "register_dataclass: data_fields and meta_fields must both be specified when "
+                f"either is specified. Got {data_fields=} {meta_fields=}."
+            )
+        if not dataclasses.is_dataclass(nodetype):
+            raise TypeError(
+                "register_dataclass: data_fields and meta_fields are required when nodetype "
+                f"is not a dataclass. Got {nodetype=}."
+            )
+        fields = [f for f in dataclasses.fields(nodetype) if f.name not in drop_fields]
+        data_fields = [f.name for f in fields if not f.metadata.get("static", False)]
+        meta_fields = [f.name for f in fields if f.metadata.get("static", False)]
+    data, meta = list(data_fields), list(meta_fields)
+    if dataclasses.is_dataclass(nodetype):
+        init_fields = {f.name for f in dataclasses.fields(nodetype) if f.init}
+        init_fields.difference_update(drop_fields)
+        given = {*data, *meta}
+        if given != init_fields:
+            msg = (
+                "data_fields and meta_fields must include all dataclass fields with "
+                "``init=True`` and only them."
+            )
+            if missing := init_fields - given:
+                msg += (
+                    f" Missing fields: {missing}. Add them to drop_fields to suppress this error."
+                )
+            if unexpected := given - init_fields:
+                msg += f" Unexpected fields: {unexpected}."
+            raise ValueError(msg)
+    if overlap := set(data) & set(meta):
+        raise ValueError(
+            f"data_fields and meta_fields must not overlap. Overlapping fields: {overlap}."
+        )
+    return _register_dataclass_fields(nodetype, data, meta)
 
 
 def register_static(cls: _C) -> _C:
@@ -304,17 +347,18 @@ def tree_broadcast(
 ) -> Any:
     """Repeats each leaf of ``prefix_tree`` over the matching subtree of ``full_tree``.
 
+    ``is_leaf`` applies to ``prefix_tree`` only, as in JAX.
+
     >>> tree_broadcast((None, 0), (None, {'k1': 1, 'k2': 2}))
     (None, {'k1': 0, 'k2': 0})
     """
-    # `is_leaf` applies to the prefix only, as in JAX.
     prefix_leaves, prefix_def = tree_flatten(prefix_tree, is_leaf)
-    subtrees = prefix_def.flatten_up_to(full_tree)
     full_def = tree_structure(full_tree)
-    out: list[Any] = []
-    for leaf, sub in zip(prefix_leaves, subtrees, strict=True):
-        out.extend([leaf] * tree_structure(sub).num_leaves)
-    return full_def.unflatten(out)
+    if not prefix_def <= full_def:
+        # The walk against the full tree names where the two differ.
+        prefix_def.flatten_up_to(full_tree)
+    leaves = broadcast_flattened_prefix_with_treedef(prefix_leaves, prefix_def, full_def)
+    return full_def.unflatten(leaves)
 
 
 def _one_level(tree: Any) -> tuple[list[Any], PyTreeDef]:
@@ -424,7 +468,10 @@ class PyTreeRegistry:
         register_dataclass(nodetype, data_fields, meta_fields)
 
 
+#: The registry the ``tree_*`` functions use.
 default_registry = PyTreeRegistry()
+#: JAX's registry for its dispatch path; oxtree's one registry serves it too.
+dispatch_registry = PyTreeRegistry()
 
 __all__ = [
     "DictKey",

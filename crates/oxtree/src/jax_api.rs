@@ -6,9 +6,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
 use crate::api;
+use crate::errors::TreeError;
+use crate::kind::Kind;
 use crate::treespec::flatten::Options;
 use crate::treespec::keys::KeyStyle;
-use crate::treespec::{Face, PyTreeSpec};
+use crate::treespec::{ops, Face, PyTreeSpec};
 
 fn jax_opts<'a, 'py>(
     is_leaf: Option<&'a Bound<'py, PyAny>>,
@@ -155,6 +157,81 @@ fn _is_leaf(tree: &Bound<'_, PyAny>, is_leaf: Option<&Bound<'_, PyAny>>) -> PyRe
     api::is_leaf_impl(tree, is_leaf, false, "", Face::Jax)
 }
 
+/// `tree_flatten_with_path` with the registrations of `namespace`: how `oxtree.jax` hands a
+/// registered type's children and keys to JAX, which flattens it as the JAX face does (any
+/// aux data, JAX's keys).
+#[pyfunction]
+#[pyo3(signature = (tree, is_leaf = None, *, namespace = ""))]
+fn _flatten_with_path_in<'py>(
+    tree: &Bound<'py, PyAny>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    namespace: &str,
+) -> PyResult<(Bound<'py, PyList>, PyTreeSpec)> {
+    let opts = Options {
+        face: Face::Jax,
+        ..Options::new(is_leaf, false, namespace)
+    };
+    api::keyed_pairs_impl(tree, &opts)
+}
+
+/// Each of `prefix_leaves` (the leaves of `prefix_treedef`) repeated once per leaf of the
+/// subtree of `full_treedef` it stands for: the leaves of the full tree that broadcasting
+/// the prefix tree gives.
+///
+/// >>> p = tree_structure((0, 0)); f = tree_structure(([0, 0], {'a': 0}))
+/// >>> broadcast_flattened_prefix_with_treedef(['x', 'y'], p, f)
+/// ['x', 'x', 'y']
+#[pyfunction]
+#[pyo3(signature = (prefix_leaves, prefix_treedef, full_treedef))]
+fn broadcast_flattened_prefix_with_treedef<'py>(
+    prefix_leaves: &Bound<'py, PyAny>,
+    prefix_treedef: PyRef<'py, PyTreeSpec>,
+    full_treedef: PyRef<'py, PyTreeSpec>,
+) -> PyResult<Bound<'py, PyList>> {
+    let py = prefix_leaves.py();
+    let leaves = prefix_leaves
+        .try_iter()?
+        .collect::<PyResult<Vec<Bound<'py, PyAny>>>>()?;
+    let (prefix, full) = (&*prefix_treedef, &*full_treedef);
+    if leaves.len() != prefix.num_leaves() {
+        return Err(TreeError::Value(format!(
+            "broadcast_flattened_prefix_with_treedef: {} prefix leaves for a prefix treedef \
+             of {} leaves",
+            leaves.len(),
+            prefix.num_leaves()
+        ))
+        .into());
+    }
+    if !ops::is_prefix(py, prefix, full, false)? {
+        return Err(
+            TreeError::Value("`prefix_treedef` is not a prefix of `full_treedef`".into()).into(),
+        );
+    }
+    // The two treedefs agree node for node down to the prefix's leaves (checked above):
+    // pair them, and note how many full leaves lie under each prefix leaf.
+    let mut counts = Vec::with_capacity(leaves.len());
+    let mut pairs = vec![(prefix.nodes.len() - 1, full.nodes.len() - 1)];
+    while let Some((i, j)) = pairs.pop() {
+        if prefix.nodes[i].kind == Kind::Leaf {
+            counts.push((i, full.nodes[j].num_leaves));
+        } else {
+            pairs.extend(
+                prefix
+                    .child_indices(i)
+                    .into_iter()
+                    .zip(full.child_indices(j)),
+            );
+        }
+    }
+    // Post-order numbers a treedef's leaves left to right.
+    counts.sort_unstable();
+    let mut out = Vec::with_capacity(full.num_leaves());
+    for (leaf, (_, n)) in leaves.iter().zip(counts) {
+        out.extend(std::iter::repeat_n(leaf, n));
+    }
+    PyList::new(py, out)
+}
+
 pub fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     let m = PyModule::new(parent.py(), "jax")?;
     // Its full name, so its functions' `__module__` says where they live (and nothing
@@ -170,6 +247,11 @@ pub fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tree_leaves_with_path, &m)?)?;
     m.add_function(wrap_pyfunction!(tree_map_with_path, &m)?)?;
     m.add_function(wrap_pyfunction!(_is_leaf, &m)?)?;
+    m.add_function(wrap_pyfunction!(_flatten_with_path_in, &m)?)?;
+    m.add_function(wrap_pyfunction!(
+        broadcast_flattened_prefix_with_treedef,
+        &m
+    )?)?;
     parent.add("jax", &m)?;
     Ok(())
 }

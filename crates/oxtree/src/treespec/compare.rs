@@ -3,7 +3,8 @@
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use super::{Node, PyTreeSpec};
+use super::{Face, Node, PyTreeSpec};
+use crate::errors::TreeError;
 use crate::kind::Kind;
 
 fn same_object(a: &Option<Py<PyAny>>, b: &Option<Py<PyAny>>) -> bool {
@@ -137,11 +138,36 @@ pub fn equal(a: &PyTreeSpec, b: &PyTreeSpec, py: Python<'_>) -> PyResult<bool> {
         return Ok(false);
     }
     for (x, y) in a.nodes.iter().zip(&b.nodes) {
-        if !equal_nodes(py, x, y)? {
-            return Ok(false);
+        match equal_nodes(py, x, y) {
+            Ok(true) => {}
+            Ok(false) => return Ok(false),
+            Err(err) if a.face == Face::Jax => return Err(jax_metadata_error(py, x, err)),
+            Err(err) => return Err(err),
         }
     }
     Ok(true)
+}
+
+/// JAX's ValueError for node data whose `==` raised (an array as aux data, say), naming the
+/// registered type, with the original exception as its cause.
+#[cold]
+fn jax_metadata_error(py: Python<'_>, node: &Node, err: PyErr) -> PyErr {
+    let mut message =
+        String::from("Exception raised while checking equality of metadata fields of pytree");
+    if let Some(reg) = node.custom() {
+        let shown = reg.ty.bind(py).repr().map(|r| r.to_string());
+        message.push_str(&format!(
+            " node of type {}",
+            shown.unwrap_or_else(|_| reg.name(py))
+        ));
+    }
+    message.push_str(
+        ". Make sure that metadata fields are hashable and have simple equality semantics. \
+         (Note: arrays cannot be passed as metadata fields!)",
+    );
+    let wrapped: PyErr = TreeError::Value(message).into();
+    wrapped.set_cause(py, Some(err));
+    wrapped
 }
 
 /// A 64-bit mixing step (the finalizer of SplitMix64 over a running state).

@@ -7,6 +7,7 @@ use pyo3::types::{PyDict, PyTuple};
 
 use crate::errors::{short_repr, TreeError};
 use crate::registry::{Registration, Rule};
+use crate::treespec::Face;
 
 /// The children of a registered node: the tuple or list a flatten function returned as is,
 /// or a vector of what iterating its result gave.
@@ -50,6 +51,18 @@ pub fn flatten<'py>(
     obj: &Bound<'py, PyAny>,
     with_keys: bool,
 ) -> PyResult<Flattened<'py>> {
+    flatten_in(py, reg, obj, with_keys, Face::Optree)
+}
+
+/// `flatten` for a walk of the given face: a flatten function's bad result is reported in
+/// that face's words.
+pub fn flatten_in<'py>(
+    py: Python<'py>,
+    reg: &Registration,
+    obj: &Bound<'py, PyAny>,
+    with_keys: bool,
+    face: Face,
+) -> PyResult<Flattened<'py>> {
     match &reg.rule {
         Rule::Custom {
             flatten_with_keys: Some(fwk),
@@ -66,7 +79,7 @@ pub fn flatten<'py>(
                 .bind(py)
                 .call1((obj,))
                 .map_err(|e| noted(py, e, "flatten", reg))?;
-            split_flatten_result(py, reg, &out)
+            split_flatten_result(py, reg, &out, face)
         }
         Rule::Dataclass { data, meta, .. } => {
             let mut children = Vec::with_capacity(data.len());
@@ -137,13 +150,39 @@ fn bad_result(
     .into()
 }
 
+/// JAX's words for a flatten function's bad result (JAX raises ValueError). A third item,
+/// optree's entries, is accepted as in the main face; a result that fails with one is
+/// reported as one that is not a pair.
+#[cold]
+fn jax_bad_result(out: &Bound<'_, PyAny>) -> PyErr {
+    let shown = out
+        .repr()
+        .map(|r| r.to_string())
+        .unwrap_or_else(|_| short_repr(out, 80));
+    let pair = out.cast::<PyTuple>().is_ok_and(|t| t.len() == 2);
+    let what = if pair {
+        " where 'children' is iterable"
+    } else {
+        ""
+    };
+    TreeError::Value(format!(
+        "The to_iterable function for a custom PyTree node should return a (children, \
+         aux_data) tuple{what}, got {shown}"
+    ))
+    .into()
+}
+
 /// Splits what a registered flatten function returned into its children and aux data.
 fn split_flatten_result<'py>(
     py: Python<'py>,
     reg: &Registration,
     out: &Bound<'py, PyAny>,
+    face: Face,
 ) -> PyResult<Flattened<'py>> {
     let bad = |why: &str| {
+        if face == Face::Jax {
+            return jax_bad_result(out);
+        }
         bad_result(
             py,
             reg,

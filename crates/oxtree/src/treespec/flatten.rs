@@ -736,7 +736,8 @@ impl<
                 },
             );
         }
-        let (children, aux, mut entries) = super::custom::flatten(py, reg, &obj, self.with_keys)?;
+        let (children, aux, mut entries) =
+            super::custom::flatten_in(py, reg, &obj, self.with_keys, self.face)?;
         if self.with_keys {
             if let (
                 Some(e),

@@ -167,6 +167,18 @@ fn shared_key<'py>(
     Ok(made)
 }
 
+/// Whether `node` is of a type registered with JAX's `flatten_with_keys`: its entries are
+/// that function's keys.
+fn has_flatten_with_keys(node: &Node) -> bool {
+    matches!(
+        node.custom().map(|reg| &reg.rule),
+        Some(crate::registry::Rule::Custom {
+            flatten_with_keys: Some(_),
+            ..
+        })
+    )
+}
+
 /// The key of child `j` of `node` in the given style.
 pub fn child_key<'py>(
     py: Python<'py>,
@@ -193,10 +205,11 @@ pub fn child_key<'py>(
                 });
             }
             if let Some(entries) = node.entries() {
-                // Keys from `flatten_with_keys` as they are; optree's raw entries (a walk
-                // that did not ask for keys) as the FlattenedIndexKey a keyed walk makes.
+                // Keys from `flatten_with_keys` as they are, whatever they are (JAX keeps a
+                // raw 'x' as 'x'); optree's raw entries (a walk that did not ask for keys)
+                // as the FlattenedIndexKey a keyed walk makes.
                 let entry = entries.bind(py).get_item(j)?;
-                if is_key_object(&entry) {
+                if is_key_object(&entry) || has_flatten_with_keys(node) {
                     return Ok(entry);
                 }
                 return flattened_key(py, entry);

@@ -11,6 +11,7 @@ pub mod flatten;
 pub mod keys;
 pub mod ops;
 mod pickle;
+mod proto;
 mod repr;
 mod traverse;
 mod unflatten;
@@ -19,7 +20,7 @@ use std::sync::{Arc, OnceLock};
 
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyTuple};
 use pyo3::PyTraverseError;
 
 use crate::errors::TreeError;
@@ -854,6 +855,32 @@ impl PyTreeSpec {
         py.import("oxtree.serialization")?
             .getattr("treespec_to_json")?
             .call1((slf,))
+    }
+
+    /// The treedef in JAX's `PyTreeDefProto` wire format (the bytes JAX gives): leaves,
+    /// lists, tuples, None and dicts with str keys only; JAX-face treedefs only.
+    fn serialize_using_proto<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        proto::serialize(self, py)
+    }
+
+    /// The JAX-face treedef of `serialize_using_proto`'s bytes (JAX's or oxtree's).
+    /// `registry` is accepted for JAX's signature; oxtree has one registry.
+    #[staticmethod]
+    #[pyo3(signature = (registry, data))]
+    fn deserialize_using_proto(
+        py: Python<'_>,
+        registry: &Bound<'_, PyAny>,
+        data: &[u8],
+    ) -> PyResult<PyTreeSpec> {
+        let _ = registry;
+        proto::deserialize(py, data)
+    }
+
+    /// JAX's `from_iterable_tree`: builds this structure from nested iterables, each giving
+    /// a node's children in order; what stands at a leaf is taken as it is.
+    #[allow(clippy::wrong_self_convention)] // JAX's name for a method
+    fn from_iterable_tree<'py>(&self, tree: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        proto::from_iterable_tree(self, tree)
     }
 
     /// JAX's constructor: the treedef whose root has `node_data` (as `node_data()` gives it,
