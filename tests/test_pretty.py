@@ -662,7 +662,7 @@ def test_tree_diff_node_data() -> None:
         "got Box with aux data 'b' and 2 children: Box(1, 2)"
     )
     assert str(pretty.tree_diff(Layer(1, 2), Layer(1, 2, "gelu"))).startswith(
-        "tree: expected Layer with aux data ('relu',) and 2 children"
+        "tree: expected Layer with aux data (('activation', 'relu'),) and 2 children"
     )
     assert str(pretty.tree_diff([Static(1)], [Static(2)])) == (
         "tree[0]: expected Static with aux data Static(1) and 0 children, "

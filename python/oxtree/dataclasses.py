@@ -92,7 +92,7 @@ def dataclass(
     ...     a: int
     ...     b: int
     >>> oxtree.tree_structure(Pair(1, 2))
-    PyTreeSpec(CustomTreeNode(Pair[], [a=*, b=*]))
+    PyTreeSpec(CustomTreeNode(Pair[()], [*, *]))
     """
 
     def wrap(c: _T) -> _T:

@@ -7,6 +7,8 @@ that namespace (``namespace=...``); the empty namespace is the global one, seen 
 
 from __future__ import annotations
 
+import functools
+
 from oxtree._core import (
     GLOBAL_NAMESPACE,
     _register_dataclass_fields,
@@ -36,32 +38,75 @@ __all__ = [
 
 
 def register_pytree_node_class(
-    cls: _C | None = None, /, *, namespace: str = GLOBAL_NAMESPACE
+    cls: _C | str | None = None, /, *, namespace: str | None = None
 ) -> Any:
-    """A class decorator registering ``cls`` with its own ``tree_flatten`` and ``tree_unflatten``.
+    """A class decorator registering ``cls`` with its own flatten and unflatten methods.
 
-    ``obj.tree_flatten()`` returns ``(children, aux_data)``; the classmethod
-    ``cls.tree_unflatten(aux_data, children)`` rebuilds an instance. Returns the class.
+    ``obj.__tree_flatten__()`` returns ``(children, metadata)`` or ``(children, metadata,
+    entries)``; the classmethod ``cls.__tree_unflatten__(metadata, children)`` rebuilds an
+    instance. A class that defines only the older pair, ``tree_flatten`` and ``tree_unflatten``
+    (JAX's names), is registered with those, and gets ``__tree_flatten__`` and
+    ``__tree_unflatten__`` calling them, as optree does. Returns the class. The namespace may be
+    given as the only argument: ``@register_pytree_node_class('my-namespace')``; without one,
+    the class is registered in the global namespace.
 
     >>> import oxtree
-    >>> @register_pytree_node_class
+    >>> @register_pytree_node_class(namespace='pairs')
     ... class Pair:
     ...     def __init__(self, a, b): self.a, self.b = a, b
-    ...     def tree_flatten(self): return (self.a, self.b), None
+    ...     def __tree_flatten__(self): return (self.a, self.b), None, ('a', 'b')
     ...     @classmethod
-    ...     def tree_unflatten(cls, aux, children): return cls(*children)
-    >>> oxtree.tree_leaves([Pair(1, 2), 3])
+    ...     def __tree_unflatten__(cls, metadata, children): return cls(*children)
+    >>> oxtree.tree_leaves([Pair(1, 2), 3], namespace='pairs')
     [1, 2, 3]
     """
+    if isinstance(cls, str):
+        if namespace is not None:
+            raise ValueError("Cannot specify `namespace` when the first argument is a string.")
+        cls, namespace = None, cls
+    if namespace is None:
+        namespace = GLOBAL_NAMESPACE
+    elif not isinstance(namespace, str):
+        raise TypeError(f"The namespace must be a string, got {namespace!r}")
     if cls is None:
         return lambda c: register_pytree_node_class(c, namespace=namespace)
     if not isinstance(cls, type):
-        raise TypeError(f"register_pytree_node_class expects a class, got {cls!r}")
-    for name in ("tree_flatten", "tree_unflatten"):
-        if not callable(getattr(cls, name, None)):
-            raise TypeError(f"{cls.__qualname__} must define {name} to be registered this way")
-    register_pytree_node(cls, cls.tree_flatten, cls.tree_unflatten, namespace=namespace)
+        raise TypeError(f"Expected a class, got {cls!r}.")
+    if _defines(cls, "__tree_flatten__", "__tree_unflatten__"):
+        flatten, unflatten = cls.__tree_flatten__, cls.__tree_unflatten__  # type: ignore[attr-defined]
+    elif _defines(cls, "tree_flatten", "tree_unflatten"):
+        # The older names are registered as they are (no wrapper call per node); the class
+        # gets the new names too, as optree gives it them.
+        flatten, unflatten = cls.tree_flatten, cls.tree_unflatten  # type: ignore[attr-defined]
+        _add_dunder_methods(cls)
+    else:
+        raise TypeError(
+            f"{cls!r} must define both `__tree_flatten__` and `__tree_unflatten__` methods "
+            "for registration as a pytree node."
+        )
+    register_pytree_node(cls, flatten, unflatten, namespace=namespace)
     return cls
+
+
+def _defines(cls: type, flatten: str, unflatten: str) -> bool:
+    return callable(getattr(cls, flatten, None)) and callable(getattr(cls, unflatten, None))
+
+
+def _add_dunder_methods(cls: Any) -> None:
+    """Gives a class registered by ``tree_flatten``/``tree_unflatten`` the protocol's names."""
+
+    def __tree_flatten__(self: Any, /) -> Any:
+        return self.tree_flatten()
+
+    def __tree_unflatten__(klass: Any, metadata: Any, children: Any, /) -> Any:
+        return klass.tree_unflatten(metadata, children)
+
+    functools.update_wrapper(__tree_flatten__, cls.tree_flatten)
+    functools.update_wrapper(
+        __tree_unflatten__, getattr(cls.tree_unflatten, "__func__", cls.tree_unflatten)
+    )
+    cls.__tree_flatten__ = __tree_flatten__
+    cls.__tree_unflatten__ = classmethod(__tree_unflatten__)
 
 
 def _field_names(fields: Iterable[str] | None, what: str) -> list[str] | None:

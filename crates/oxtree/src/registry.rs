@@ -239,16 +239,29 @@ fn update<T>(change: impl FnOnce(&mut Registry) -> PyResult<T>) -> PyResult<T> {
     Ok(out)
 }
 
-fn namespace_label(namespace: &str) -> String {
-    if namespace.is_empty() {
+/// Where a registration lives, in optree's words: `the global namespace` or
+/// `namespace 'name'`.
+fn namespace_label(py: Python<'_>, namespace: &str) -> PyResult<String> {
+    Ok(if namespace.is_empty() {
         "the global namespace".into()
     } else {
-        format!("namespace '{namespace}'")
+        format!("namespace {}", PyString::new(py, namespace).repr()?)
+    })
+}
+
+/// The namespace argument of the registry functions: a str (optree's TypeError otherwise).
+fn namespace_arg(namespace: &Bound<'_, PyAny>) -> PyResult<String> {
+    match namespace.cast::<PyString>() {
+        Ok(s) => Ok(s.to_str()?.to_owned()),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "The namespace must be a string, got {}.",
+            namespace.repr()?
+        ))),
     }
 }
 
-/// Builtin node types cannot be registered: their rules are fixed.
-fn check_registrable(cls: &Bound<'_, PyType>) -> PyResult<()> {
+/// Builtin node types cannot be registered or unregistered (`what`): their rules are fixed.
+fn check_registrable(cls: &Bound<'_, PyType>, what: &str) -> PyResult<()> {
     let py = cls.py();
     let c = types::collections(py);
     let builtins = [
@@ -262,15 +275,17 @@ fn check_registrable(cls: &Bound<'_, PyType>) -> PyResult<()> {
     ];
     if builtins.contains(&cls.as_ptr()) {
         return Err(PyValueError::new_err(format!(
-            "{} is a built-in pytree node type and cannot be registered",
+            "PyTree type {} is a built-in type and cannot be {what}.",
             cls.repr()?
         )));
     }
     Ok(())
 }
 
-fn insert(cls: &Bound<'_, PyType>, rule: Rule, namespace: &str) -> PyResult<()> {
-    check_registrable(cls)?;
+fn insert(cls: &Bound<'_, PyType>, rule: Rule, namespace: &Bound<'_, PyAny>) -> PyResult<()> {
+    let namespace = namespace_arg(namespace)?;
+    let namespace = namespace.as_str();
+    check_registrable(cls, "re-registered")?;
     let reg = Arc::new(Registration {
         ty: cls.clone().unbind(),
         rule,
@@ -281,9 +296,9 @@ fn insert(cls: &Bound<'_, PyType>, rule: Rule, namespace: &str) -> PyResult<()> 
         let table = r.table(namespace);
         if table.contains_key(&key) {
             return Err(PyValueError::new_err(format!(
-                "{} is already registered as a pytree node in {}",
+                "PyTree type {} is already registered in {}.",
                 cls.repr()?,
-                namespace_label(namespace)
+                namespace_label(cls.py(), namespace)?
             )));
         }
         table.insert(key, reg);
@@ -326,14 +341,18 @@ fn check_callable(f: &Bound<'_, PyAny>, what: &str) -> PyResult<()> {
 /// >>> tree_leaves(Pair(1, 2))  # a node only in calls that pass its namespace
 /// [Pair(1, 2)]
 #[pyfunction]
-#[pyo3(signature = (cls, /, flatten_func, unflatten_func, *, flatten_with_keys_func = None, namespace = ""))]
+#[pyo3(
+    signature = (cls, /, flatten_func, unflatten_func, *, flatten_with_keys_func = None, namespace = None),
+    text_signature = "(cls, /, flatten_func, unflatten_func, *, flatten_with_keys_func=None, namespace='')"
+)]
 pub fn register_pytree_node<'py>(
     cls: &Bound<'py, PyAny>,
     flatten_func: &Bound<'py, PyAny>,
     unflatten_func: &Bound<'py, PyAny>,
     flatten_with_keys_func: Option<&Bound<'py, PyAny>>,
-    namespace: &str,
+    namespace: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let namespace = namespace_or_global(cls.py(), namespace);
     let ty = as_type(cls)?;
     check_callable(flatten_func, "flatten_func")?;
     check_callable(unflatten_func, "unflatten_func")?;
@@ -345,14 +364,14 @@ pub fn register_pytree_node<'py>(
         unflatten: unflatten_func.clone().unbind(),
         flatten_with_keys: flatten_with_keys_func.map(|f| f.clone().unbind()),
     };
-    insert(ty, rule, namespace)?;
+    insert(ty, rule, &namespace)?;
     Ok(cls.clone())
 }
 
 fn as_type<'a, 'py>(cls: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyType>> {
     cls.cast::<PyType>().map_err(|_| {
         PyTypeError::new_err(format!(
-            "expected a class to register, got {}",
+            "Expected a class, got {}.",
             cls.repr().map(|r| r.to_string()).unwrap_or_default()
         ))
     })
@@ -360,14 +379,18 @@ fn as_type<'a, 'py>(cls: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyTyp
 
 /// Registers a dataclass whose fields were checked by the Python layer.
 #[pyfunction]
-#[pyo3(signature = (cls, data_fields, meta_fields, *, call_init = true, namespace = ""))]
+#[pyo3(
+    signature = (cls, data_fields, meta_fields, *, call_init = true, namespace = None),
+    text_signature = "(cls, data_fields, meta_fields, *, call_init=True, namespace='')"
+)]
 pub fn _register_dataclass_fields<'py>(
     cls: &Bound<'py, PyAny>,
     data_fields: Vec<Bound<'py, PyString>>,
     meta_fields: Vec<Bound<'py, PyString>>,
     call_init: bool,
-    namespace: &str,
+    namespace: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let namespace = namespace_or_global(cls.py(), namespace);
     let ty = as_type(cls)?;
     let intern = |names: Vec<Bound<'py, PyString>>| -> Vec<Py<PyString>> {
         names
@@ -383,7 +406,7 @@ pub fn _register_dataclass_fields<'py>(
         call_init,
         kwnames,
     };
-    insert(ty, rule, namespace)?;
+    insert(ty, rule, &namespace)?;
     Ok(cls.clone())
 }
 
@@ -397,12 +420,13 @@ pub fn _register_dataclass_fields<'py>(
 /// >>> tree_leaves([Units('m'), 1.5])
 /// [1.5]
 #[pyfunction]
-#[pyo3(signature = (cls, /, *, namespace = ""))]
+#[pyo3(signature = (cls, /, *, namespace = None), text_signature = "(cls, /, *, namespace='')")]
 pub fn register_static<'py>(
     cls: &Bound<'py, PyAny>,
-    namespace: &str,
+    namespace: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    insert(as_type(cls)?, Rule::Static, namespace)?;
+    let namespace = namespace_or_global(cls.py(), namespace);
+    insert(as_type(cls)?, Rule::Static, &namespace)?;
     Ok(cls.clone())
 }
 
@@ -418,12 +442,17 @@ pub fn register_static<'py>(
 /// >>> unregister_pytree_node(Pair)
 /// Traceback (most recent call last):
 /// ...
-/// ValueError: <class '...Pair'> is not registered as a pytree node in the global namespace
+/// ValueError: PyTree type <class '...Pair'> is not registered in the global namespace.
 #[pyfunction]
-#[pyo3(signature = (cls, /, *, namespace = ""))]
-pub fn unregister_pytree_node(cls: &Bound<'_, PyAny>, namespace: &str) -> PyResult<()> {
+#[pyo3(signature = (cls, /, *, namespace = None), text_signature = "(cls, /, *, namespace='')")]
+pub fn unregister_pytree_node(
+    cls: &Bound<'_, PyAny>,
+    namespace: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
     let ty = as_type(cls)?;
-    check_registrable(ty)?;
+    let namespace = namespace_arg(&namespace_or_global(cls.py(), namespace))?;
+    let namespace = namespace.as_str();
+    check_registrable(ty, "unregistered")?;
     let key = ty.as_ptr() as usize;
     let removed = update(|r| {
         let found = r.table(namespace).remove(&key);
@@ -443,11 +472,33 @@ pub fn unregister_pytree_node(cls: &Bound<'_, PyAny>, namespace: &str) -> PyResu
             drop(reg);
             Ok(())
         }
-        None => Err(PyValueError::new_err(format!(
-            "{} is not registered as a pytree node in {}",
-            ty.repr()?,
-            namespace_label(namespace)
-        ))),
+        None => {
+            // optree's words: namedtuples and struct sequences are nodes without a
+            // registration of their own.
+            let what = if types::is_structseq_class(ty) {
+                "is a class of `PyStructSequence`, which is not explicitly registered"
+            } else if types::is_namedtuple_class(ty) {
+                "is a subclass of `collections.namedtuple`, which is not explicitly registered"
+            } else {
+                "is not registered"
+            };
+            Err(PyValueError::new_err(format!(
+                "PyTree type {} {what} in {}.",
+                ty.repr()?,
+                namespace_label(cls.py(), namespace)?
+            )))
+        }
+    }
+}
+
+/// The namespace argument as given, or the global namespace (the empty string) when left out.
+fn namespace_or_global<'py>(
+    py: Python<'py>,
+    namespace: Option<&Bound<'py, PyAny>>,
+) -> Bound<'py, PyAny> {
+    match namespace {
+        Some(n) => n.clone(),
+        None => PyString::new(py, "").into_any(),
     }
 }
 

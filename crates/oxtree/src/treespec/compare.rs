@@ -183,7 +183,7 @@ fn mix(h: u64, v: u64) -> u64 {
 }
 
 /// A hash consistent with `equal`: objects compared by `==` are hashed by `hash()`, objects
-/// compared by identity by address.
+/// compared by identity by address, and a registered node's aux data not at all.
 pub fn hash(spec: &PyTreeSpec, py: Python<'_>) -> PyResult<isize> {
     let mut h = mix(spec.nodes.len() as u64, u64::from(spec.none_is_leaf));
     h = mix(h, spec.face as u64);
@@ -214,12 +214,9 @@ pub fn hash(spec: &PyTreeSpec, py: Python<'_>) -> PyResult<isize> {
                 }
             }
             Kind::Custom => {
+                // Aux data is left out, as optree and JAX leave it out: it may be unhashable
+                // (a list of keys), and `==` still tells such treespecs apart.
                 h = mix(h, node.custom().map_or(0, |r| r.ty.as_ptr() as u64));
-                // JAX's face accepts unhashable aux data: its hash leaves aux data out
-                // (equal treespecs still hash alike).
-                if let (Some(aux), super::Face::Optree) = (&node.data, spec.face) {
-                    h = mix(h, aux.bind(py).hash()? as u64);
-                }
             }
             Kind::Leaf | Kind::None | Kind::Tuple | Kind::List => {}
         }

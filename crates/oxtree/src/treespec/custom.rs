@@ -172,6 +172,27 @@ fn jax_bad_result(out: &Bound<'_, PyAny>) -> PyErr {
     .into()
 }
 
+/// optree's RuntimeError for a flatten function's result of the wrong shape (`what` it did,
+/// in optree's words), with the result after it.
+#[cold]
+fn optree_flatten_error(
+    py: Python<'_>,
+    reg: &Registration,
+    what: &str,
+    out: &Bound<'_, PyAny>,
+) -> PyErr {
+    let ty = reg
+        .ty
+        .bind(py)
+        .repr()
+        .map(|r| r.to_string())
+        .unwrap_or_else(|_| reg.name(py));
+    pyo3::exceptions::PyRuntimeError::new_err(format!(
+        "PyTree custom flatten function for type {ty} {what} It returned: {}",
+        short_repr(out, 80)
+    ))
+}
+
 /// Splits what a registered flatten function returned into its children and aux data.
 fn split_flatten_result<'py>(
     py: Python<'py>,
@@ -192,14 +213,41 @@ fn split_flatten_result<'py>(
             out,
         )
     };
-    let Ok(parts) = out.cast::<PyTuple>() else {
-        return Err(bad("it returned"));
+    // Any iterable is taken as the tuple of its items, as optree takes it.
+    let converted;
+    let parts = match out.cast::<PyTuple>() {
+        Ok(t) => t,
+        Err(_) => {
+            let items = out.try_iter().map_err(|e| {
+                if face == Face::Jax {
+                    return jax_bad_result(out);
+                }
+                // Python's own words first (optree's), then which function returned what.
+                let err: PyErr = TreeError::Type(format!(
+                    "{}; the flatten function registered for {} must return (children, \
+                     aux_data) or (children, aux_data, entries), got {}",
+                    e.value(py),
+                    reg.name(py),
+                    short_repr(out, 80)
+                ))
+                .into();
+                err.set_cause(py, Some(e));
+                err
+            })?;
+            converted = PyTuple::new(py, items.collect::<PyResult<Vec<_>>>()?)?;
+            &converted
+        }
     };
     if parts.len() != 2 && parts.len() != 3 {
-        return Err(bad(&format!(
-            "it returned a tuple of length {}",
-            parts.len()
-        )));
+        if face == Face::Jax {
+            return Err(jax_bad_result(out));
+        }
+        return Err(optree_flatten_error(
+            py,
+            reg,
+            &format!("should return a 2- or 3-tuple, got {}.", parts.len()),
+            out,
+        ));
     }
     let children = parts.get_item(0)?;
     let children = if children.is_exact_instance_of::<PyTuple>() {
@@ -227,11 +275,19 @@ fn split_flatten_result<'py>(
             }
         };
         if entries.len() != children.len() {
-            return Err(bad(&format!(
-                "it gave {} entries for {} children",
-                entries.len(),
-                children.len()
-            )));
+            if face == Face::Jax {
+                return Err(bad("its entries and children differ in number"));
+            }
+            return Err(optree_flatten_error(
+                py,
+                reg,
+                &format!(
+                    "returned inconsistent number of children ({}) and number of entries ({}).",
+                    children.len(),
+                    entries.len()
+                ),
+                out,
+            ));
         }
         Some(entries)
     } else {

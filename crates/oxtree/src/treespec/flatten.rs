@@ -17,7 +17,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use smallvec::SmallVec;
 
 use super::{Face, Node};
-use crate::errors::{short_repr, TreeError};
+use crate::errors::TreeError;
 use crate::kind::Kind;
 use crate::paths;
 use crate::registry::{Registration, Registry};
@@ -719,11 +719,9 @@ impl<
             super::custom::fields_into(py, data, &obj, &mut self.pending)?;
             self.pending[base..].reverse();
             let n = data.len();
-            // Meta values go into the treedef, which is hashed and compared.
+            // Meta values go into the treedef, compared by `==` (hashable or not, as optree
+            // and JAX accept them).
             let aux = super::custom::dataclass_aux(py, meta, &obj)?;
-            if !meta.is_empty() && self.face != Face::Jax {
-                self.check_hashable_aux(reg, &aux)?;
-            }
             return self.push_node(
                 obj,
                 || Items::Pending,
@@ -755,16 +753,6 @@ impl<
                 entries = Some(PyTuple::new(py, keys)?);
             }
         }
-        // Aux data goes into the treedef, which is hashed and compared: refuse it here, with
-        // the type named, rather than later in a jit cache lookup.
-        // JAX accepts any aux data; its face follows it. A dataclass without meta fields
-        // has the empty tuple.
-        let known_hashable = self.face == Face::Jax
-            || aux.is_none()
-            || (aux.is_exact_instance_of::<PyTuple>() && aux.len()? == 0);
-        if !known_hashable {
-            self.check_hashable_aux(reg, &aux)?;
-        }
         let n = children.len();
         let items = match children {
             super::custom::Children::Tuple(t) => Items::Tuple(t),
@@ -786,23 +774,6 @@ impl<
                 node.set_entries(entries.map(Bound::unbind));
             },
         )
-    }
-
-    /// Aux data goes into the treedef, which is hashed and compared: refused here, with the
-    /// type named, rather than later in a jit cache lookup. (JAX accepts any aux data; its
-    /// face follows it.)
-    fn check_hashable_aux(&self, reg: &Registration, aux: &Bound<'py, PyAny>) -> PyResult<()> {
-        if let Err(e) = aux.hash() {
-            let err = TreeError::Type(format!(
-                "the aux data of a {} node must be hashable, got {}",
-                reg.name(self.py),
-                short_repr(aux, 80)
-            ));
-            let err: PyErr = err.into();
-            err.set_cause(self.py, Some(e));
-            return Err(err);
-        }
-        Ok(())
     }
 
     /// Opens a container whose node carries data: the node is made on the payload stack and

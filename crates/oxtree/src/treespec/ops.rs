@@ -27,8 +27,27 @@ pub fn node_data<'py>(py: Python<'py>, node: &Node) -> PyResult<Bound<'py, PyAny
         Kind::Leaf | Kind::None | Kind::Tuple | Kind::List => py.None().into_bound(py),
         Kind::Dict | Kind::OrderedDict => keys(),
         Kind::DefaultDict => (data(), keys()).into_pyobject(py)?.into_any(),
-        Kind::Deque | Kind::NamedTuple | Kind::StructSeq | Kind::Custom => data(),
+        Kind::Deque | Kind::NamedTuple | Kind::StructSeq => data(),
+        Kind::Custom => custom_metadata(py, node)?,
     })
+}
+
+/// A registered node's metadata as optree shows it: the aux data, except for a registered
+/// dataclass, whose meta field values are kept alone and shown as optree's dataclasses
+/// store them, `(('name', value), ...)`.
+pub fn custom_metadata<'py>(py: Python<'py>, node: &Node) -> PyResult<Bound<'py, PyAny>> {
+    let aux = node.kept_data(py);
+    match node.custom().map(|r| &r.rule) {
+        Some(crate::registry::Rule::Dataclass { meta, .. }) => {
+            let pairs = meta
+                .iter()
+                .zip(aux.try_iter()?)
+                .map(|(name, value)| Ok((name.bind(py), value?)))
+                .collect::<PyResult<Vec<_>>>()?;
+            Ok(pyo3::types::PyTuple::new(py, pairs)?.into_any())
+        }
+        _ => Ok(aux.clone()),
+    }
 }
 
 /// JAX's node data of a treespec's root: None for a leaf, else `(type, data)` where data is

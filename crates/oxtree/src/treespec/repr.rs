@@ -5,7 +5,7 @@
 
 use pyo3::prelude::*;
 
-use super::{custom, Face, PyTreeSpec};
+use super::{Face, PyTreeSpec};
 use crate::kind::Kind;
 use crate::types;
 
@@ -58,7 +58,6 @@ pub fn body_labelled(
             },
             _ => Vec::new(),
         };
-        let labels_owned: Vec<String>;
         let (open, close, labels): (String, String, Option<(&[String], &str)>) = if spec.face
             == Face::Jax
             && matches!(
@@ -129,34 +128,13 @@ pub fn body_labelled(
                     }
                 }
                 Kind::Custom => {
-                    let reg = node.custom().expect("kept");
-                    let aux = node.kept_data(py);
-                    let name = reg.name(py);
-                    match custom::child_names(reg) {
-                        // Dataclasses: meta fields as `name=value` in the brackets, data fields
-                        // labelled among the children.
-                        Some(data) => {
-                            let meta = match &reg.rule {
-                                crate::registry::Rule::Dataclass { meta, .. } => meta.as_slice(),
-                                _ => &[],
-                            };
-                            let mut parts = Vec::new();
-                            for (m, v) in meta.iter().zip(aux.try_iter()?) {
-                                parts.push(format!("{}={}", m.bind(py), repr_of(&v?)?));
-                            }
-                            labels_owned = data.iter().map(|n| n.bind(py).to_string()).collect();
-                            (
-                                format!("CustomTreeNode({name}[{}], [", parts.join(", ")),
-                                "])".into(),
-                                Some((labels_owned.as_slice(), "=")),
-                            )
-                        }
-                        None => (
-                            format!("CustomTreeNode({name}[{}], [", repr_of(aux)?),
-                            "])".into(),
-                            None,
-                        ),
-                    }
+                    let name = node.custom().expect("kept").name(py);
+                    let aux = super::ops::custom_metadata(py, node)?;
+                    (
+                        format!("CustomTreeNode({name}[{}], [", repr_of(&aux)?),
+                        "])".into(),
+                        None,
+                    )
                 }
             }
         };
