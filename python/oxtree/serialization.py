@@ -1,20 +1,34 @@
-"""Treespecs as versioned JSON, with no pickle involved.
+"""Treespecs as versioned JSON, with no pickle involved: safe to load from untrusted sources.
 
 Treespecs made of builtin nodes (None, tuple, list, dict, OrderedDict, defaultdict, deque,
-namedtuples and struct sequences whose classes can be imported by name) serialize; custom
-nodes do not (their aux data may be any object). Loading goes through the same validation as
-unpickling, so a corrupted document raises ValueError.
+namedtuples and struct sequences) serialize; custom nodes do not (their aux data may be any
+object). A document names classes and default factories as ``"module:qualname"`` text, and
+loading only reads it: it never imports a module and never calls or looks up anything a
+document names. Each name must be on an allow-list: the builtin factories (``list``, ``dict``,
+``set``, ``int``, ...), the standard library's struct sequences, and the classes and factories
+the caller passes in. Loading goes through the same validation as unpickling, so a corrupted
+or hostile document raises ValueError.
 
->>> import json, oxtree
->>> spec = oxtree.tree_structure([1, {'b': 2, 'a': (3, None)}])
+>>> import collections, json, oxtree
+>>> spec = oxtree.tree_structure([1, {'b': collections.defaultdict(list), 'a': (4, None)}])
 >>> doc = treespec_to_json(spec)
 >>> json.loads(json.dumps(doc)) == doc
 True
 >>> treespec_from_json(json.dumps(doc)) == spec
 True
+>>> doc['nodes'][4]
+['defaultdict', 0, [], None, 'builtins:list']
+>>> doc['nodes'][4][4] = 'os:abort'  # a hostile document: nothing is imported or called
+>>> treespec_from_json(doc)
+Traceback (most recent call last):
+  ...
+ValueError: treespec_from_json: node 4: 'os:abort' is not a known default factory (pass it in factories=)
 """
 
 from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping
 
 from oxtree import _core
 from oxtree._core import PyTreeKind, PyTreeSpec
@@ -61,28 +75,78 @@ def _decode_key(doc: Any) -> Any:
     raise ValueError(f"treespec_from_json: bad dict key {doc!r}")
 
 
-def _type_name(obj: Any) -> str:
+def _name_of(obj: Any) -> str | None:
+    """``module:qualname`` of a class or function, read from its attributes (no import)."""
     module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
     if not isinstance(module, str) or not isinstance(qualname, str) or "<locals>" in qualname:
-        raise ValueError(f"treespec_to_json: {obj!r} cannot be named for import")
-    if _import(f"{module}:{qualname}") is not obj:
-        raise ValueError(f"treespec_to_json: {module}.{qualname} does not import as {obj!r}")
+        return None
     return f"{module}:{qualname}"
 
 
-def _import(name: Any) -> Any:
-    import importlib
+def _type_name(obj: Any) -> str:
+    name = _name_of(obj)
+    if name is None:
+        raise ValueError(f"treespec_to_json: {obj!r} cannot be named")
+    # The name must lead back to the object in its (already loaded) module, so that a reader
+    # who passes the object in resolves the same name; nothing is imported here.
+    found: Any = sys.modules.get(name.partition(":")[0])
+    for part in name.partition(":")[2].split("."):
+        found = getattr(found, part, None)
+    if found is not obj:
+        raise ValueError(f"treespec_to_json: {name.replace(':', '.')} does not name {obj!r}")
+    return name
 
-    if not isinstance(name, str) or name.count(":") != 1:
-        raise ValueError(f"treespec_from_json: bad type name {name!r}")
-    module, qualname = name.split(":")
+
+# Default factories every reader accepts: builtin types that build an empty value.
+_FACTORIES = (list, dict, set, frozenset, tuple, int, float, complex, str, bytes, bytearray, bool)
+
+
+def _struct_sequences() -> list[type]:
+    """The standard library's struct sequence classes, from modules already loaded."""
+    found: list[type] = []
+    for module, names in (
+        ("time", ("struct_time",)),
+        ("os", ("stat_result", "statvfs_result", "terminal_size", "times_result")),
+        ("os", ("uname_result",)),
+    ):
+        mod = sys.modules.get(module)
+        found.extend(t for n in names if isinstance(t := getattr(mod, n, None), type))
+    return found
+
+
+def _allow_list(given: Any, builtin: Any, what: str) -> dict[str, Any]:
+    """Name -> object for the builtin entries and the caller's (a mapping of names to
+    objects, or objects named by their ``module:qualname``)."""
+    out = {name: obj for obj in builtin if (name := _name_of(obj)) is not None}
+    if given is None:
+        return out
+    if isinstance(given, Mapping):
+        items = list(given.items())
+    elif isinstance(given, str | bytes) or not isinstance(given, Iterable):
+        raise TypeError(f"treespec_from_json: {what} must be an iterable or a mapping")
+    else:
+        items = []
+        for obj in given:
+            name = _name_of(obj)
+            if name is None:
+                raise TypeError(f"treespec_from_json: {obj!r} in {what} has no name to match")
+            items.append((name, obj))
+    for name, obj in items:
+        if not isinstance(name, str):
+            raise TypeError(f"treespec_from_json: the names in {what} must be str, got {name!r}")
+        out[name] = obj
+    return out
+
+
+def _lookup(table: dict[str, Any], name: Any, i: int, what: str, arg: str) -> Any:
+    if not isinstance(name, str):
+        raise ValueError(f"treespec_from_json: node {i}: bad {what} name {name!r}")
     try:
-        obj: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"treespec_from_json: cannot import {name!r}: {e}") from None
-    return obj
+        return table[name]
+    except KeyError:
+        raise ValueError(
+            f"treespec_from_json: node {i}: {name!r} is not a known {what} (pass it in {arg}=)"
+        ) from None
 
 
 def treespec_to_json(treespec: PyTreeSpec, /) -> dict[str, Any]:
@@ -126,21 +190,34 @@ def treespec_to_json(treespec: PyTreeSpec, /) -> dict[str, Any]:
     }
 
 
-def treespec_from_json(doc: str | bytes | dict[str, Any], /) -> PyTreeSpec:
+def treespec_from_json(
+    doc: str | bytes | dict[str, Any],
+    /,
+    *,
+    types: Iterable[type] | Mapping[str, type] | None = None,
+    factories: Iterable[Any] | Mapping[str, Any] | None = None,
+) -> PyTreeSpec:
     """Rebuilds a treespec from :func:`treespec_to_json`'s document (or its JSON text).
 
-    Anything malformed raises ValueError.
+    Safe for untrusted documents: nothing named in the document is imported or called. A
+    namedtuple or struct sequence class must be in ``types`` (the standard library's struct
+    sequences are known), a defaultdict factory a builtin type (``list``, ``dict``, ``set``,
+    ``int``, ...) or in ``factories``; each is an iterable of objects, matched by their
+    ``module:qualname``, or a mapping from such names to objects. Anything malformed or
+    unknown raises ValueError.
 
     >>> import oxtree
     >>> treespec_from_json(treespec_to_json(oxtree.tree_structure((1, None))))
     PyTreeSpec((*, None))
     """
+    type_table = _allow_list(types, _struct_sequences(), "types")
+    factory_table = _allow_list(factories, _FACTORIES, "factories")
     if isinstance(doc, str | bytes):
         import json  # here: importing it costs more than the rest of `import oxtree`
 
         try:
             doc = json.loads(doc)
-        except (json.JSONDecodeError, RecursionError) as e:
+        except (ValueError, RecursionError) as e:
             raise ValueError(f"treespec_from_json: not JSON: {e}") from None
     if not isinstance(doc, dict) or doc.get("format") != JSON_FORMAT:
         raise ValueError("treespec_from_json: not an oxtree treespec document")
@@ -161,7 +238,7 @@ def treespec_from_json(doc: str | bytes | dict[str, Any], /) -> PyTreeSpec:
             or node[0] not in _KIND_VALUES
             or type(node[1]) is not int
         ):
-            raise ValueError(f"treespec_from_json: node {i} is malformed: {node!r}")
+            raise ValueError(f"treespec_from_json: node {i} is malformed: {node!r:.200}")
         kind = PyTreeKind(_KIND_VALUES[node[0]])
         arity, rest = node[1], node[2:]
         data = keys = insertion = None
@@ -171,17 +248,21 @@ def treespec_from_json(doc: str | bytes | dict[str, Any], /) -> PyTreeSpec:
                     raise ValueError(f"treespec_from_json: node {i}: keys must be a list")
                 keys = tuple(_decode_key(k) for k in rest[0])
                 if kind != PyTreeKind.ORDEREDDICT and rest[1] is not None:
+                    if not isinstance(rest[1], list):
+                        raise ValueError(f"treespec_from_json: node {i}: bad insertion order")
                     insertion = tuple(rest[1])
                 if kind == PyTreeKind.DEFAULTDICT and rest[2] is not None:
-                    data = _import(rest[2])
-            elif kind in (PyTreeKind.NAMEDTUPLE, PyTreeKind.STRUCTSEQUENCE):
-                data = _import(rest[0])
+                    data = _lookup(factory_table, rest[2], i, "default factory", "factories")
+            elif kind == PyTreeKind.NAMEDTUPLE:
+                data = _lookup(type_table, rest[0], i, "namedtuple class", "types")
+            elif kind == PyTreeKind.STRUCTSEQUENCE:
+                data = _lookup(type_table, rest[0], i, "struct sequence class", "types")
             elif kind == PyTreeKind.DEQUE:
                 data = rest[0]
             elif kind == PyTreeKind.CUSTOM:
                 raise ValueError("custom nodes have no JSON form")
         except (IndexError, TypeError) as e:
-            raise ValueError(f"treespec_from_json: node {i} is malformed: {node!r}") from e
+            raise ValueError(f"treespec_from_json: node {i} is malformed: {node!r:.200}") from e
         state_nodes.append((int(kind), arity, data, keys, insertion, None, None))
     state = (1, doc.get("none_is_leaf"), doc.get("namespace"), tuple(state_nodes))
     return _core._rebuild_treespec(state)

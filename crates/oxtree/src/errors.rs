@@ -33,6 +33,8 @@ pub enum TreeError {
     Value(String),
     /// An index out of range.
     Index(String),
+    /// A result too large to allocate (its size came from the input).
+    Memory(String),
 }
 
 impl fmt::Display for TreeError {
@@ -88,6 +90,7 @@ impl fmt::Display for TreeError {
             TreeError::Type(msg) | TreeError::Value(msg) | TreeError::Index(msg) => {
                 f.write_str(msg)
             }
+            TreeError::Memory(msg) => f.write_str(msg),
         }
     }
 }
@@ -104,6 +107,7 @@ impl From<TreeError> for PyErr {
             TreeError::Mutated { .. } => PyRuntimeError::new_err(msg),
             TreeError::Type(_) => PyTypeError::new_err(msg),
             TreeError::Index(_) => PyIndexError::new_err(msg),
+            TreeError::Memory(_) => pyo3::exceptions::PyMemoryError::new_err(msg),
         }
     }
 }

@@ -3,7 +3,8 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use pyo3::ffi;
 use pyo3::intern;
@@ -170,37 +171,130 @@ pub fn is_namedtuple_class(ty: &Bound<'_, PyType>) -> bool {
             .unwrap_or(false)
 }
 
-/// Namedtuple classes checked by `plain_namedtuple_arity`: the arity, or None.
-static PLAIN_NAMEDTUPLES: TypeCache<Option<usize>> = TypeCache::new(TUPLE_CACHE_LIMIT);
+/// What makes rebuilding a namedtuple class by filling a new tuple what calling it does, as
+/// raw pointers: the class's `__new__` function, the code object and globals it had when it
+/// was checked (with the globals' version tag, when it can be read) and `tuple.__new__`. A
+/// `PlainNew` holds the objects, so the pointers stay valid (and unused by other objects)
+/// while it lives.
+#[derive(Clone, Copy)]
+struct Check {
+    func: *mut ffi::PyFunctionObject,
+    code: *mut ffi::PyObject,
+    globals: *mut ffi::PyObject,
+    globals_version: Option<u64>,
+    tuple_new: *mut ffi::PyObject,
+}
+
+impl Check {
+    /// Whether `ty` (the class this was made for, with the same version tag) still builds
+    /// instances the checked way. The version tag covers the class's own attributes
+    /// (`__new__`, `__init__`, slots); this covers what can change without touching the class:
+    /// its metaclass, the `__code__` of its `__new__`, and the globals that code reads
+    /// (`_tuple_new`). Pointer and integer compares (a dict lookup where the dict's version
+    /// tag cannot be read).
+    ///
+    /// # Safety
+    /// The `PlainNew` this came from must be alive.
+    #[inline]
+    unsafe fn holds(&self, ty: &Bound<'_, PyAny>) -> bool {
+        // SAFETY: `func` and `globals` are live (the caller's contract); `func_code` is a
+        // plain pointer field; the lookup is by an interned str, which runs no Python code.
+        unsafe {
+            ffi::Py_TYPE(ty.as_ptr()) == std::ptr::addr_of_mut!(ffi::PyType_Type)
+                && (*self.func).func_code == self.code
+                && match self.globals_version {
+                    // `globals_version` is Some only where `dict_version` read it.
+                    Some(v) => crate::treespec::dict_version_raw(self.globals) == v,
+                    None => {
+                        let key = intern!(ty.py(), "_tuple_new").as_ptr();
+                        ffi::PyDict_GetItemWithError(self.globals, key) == self.tuple_new
+                    }
+                }
+        }
+    }
+}
+
+/// A namedtuple class's `Check`, holding the objects it points to.
+pub struct PlainNew {
+    arity: usize,
+    check: Check,
+    _held: [Py<PyAny>; 4],
+}
+
+// SAFETY: the raw pointers in `check` point at the objects `_held` owns, which are only read
+// while attached to the interpreter.
+unsafe impl Send for PlainNew {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for PlainNew {}
+
+/// Namedtuple classes checked by `plain_namedtuple_arity`: the proof, or None.
+static PLAIN_NAMEDTUPLES: TypeCache<Option<Arc<PlainNew>>> = TypeCache::new(TUPLE_CACHE_LIMIT);
+
+/// Changed by every insertion into `PLAIN_NAMEDTUPLES` (which may drop proofs): a thread's
+/// remembered `Check` counts only while the epoch it was taken in lasts.
+static PLAIN_EPOCH: AtomicU64 = AtomicU64::new(1);
 
 /// The number of fields of `ty` when calling it with that many positional arguments is
 /// exactly `tuple.__new__(ty, args)`: a tuple subclass whose metaclass is `type`, whose
 /// `__init__` is object's, and whose `__new__` is the one `collections.namedtuple` generates
 /// (a function of `_cls` and one argument per field, whose body refers to no global but
-/// `_tuple_new`, which is `tuple.__new__`). None otherwise. Cached under the type's version
-/// tag, which any change of the class's attributes renews.
+/// `_tuple_new`, which is `tuple.__new__`). None otherwise. The finding is cached under the
+/// type's version tag, which any change of the class's attributes renews, and checked again
+/// on every call against what can change without one (`Check::holds`).
 pub fn plain_namedtuple_arity(ty: &Bound<'_, PyAny>) -> Option<usize> {
     // In front of the shared cache (a lock and a hash lookup: an eighth of a namedtuple-heavy
     // unflatten), each thread remembers a few types by address, checked with the version tag.
     let tag = version_tag(ty);
     let slot = (ty.as_ptr() as usize >> 4) % RECENT_NAMEDTUPLES;
     if let Some(tag) = tag {
-        let (addr, seen_tag, arity) = RECENT.with(|r| r[slot].get());
-        if addr == ty.as_ptr() as usize && seen_tag == tag {
+        let hit = RECENT.with(|r| {
+            // SAFETY: a field-by-field read of this thread's slot, which nothing writes
+            // meanwhile (`holds` runs no Python code).
+            let seen = unsafe { &*r[slot].as_ptr() };
+            if seen.addr != ty.as_ptr() as usize
+                || seen.tag != tag
+                || seen.epoch != PLAIN_EPOCH.load(Ordering::Relaxed)
+            {
+                return None;
+            }
+            match &seen.check {
+                None => Some(None),
+                // SAFETY: the epoch has not changed since the proof was in the shared cache,
+                // so it is still there, alive.
+                Some(check) if unsafe { check.holds(ty) } => Some(seen.arity),
+                Some(_) => None,
+            }
+        });
+        if let Some(arity) = hit {
             return arity;
         }
     }
-    let arity = match PLAIN_NAMEDTUPLES.get(ty) {
-        Some(arity) => arity,
-        None => {
-            let arity = find_plain_namedtuple_arity(ty).unwrap_or(None);
-            PLAIN_NAMEDTUPLES.insert(ty, arity);
-            arity
+    let proof = match PLAIN_NAMEDTUPLES.get(ty) {
+        // SAFETY: `proof` is alive.
+        Some(Some(proof)) if unsafe { proof.check.holds(ty) } => Some(proof),
+        Some(None) => None,
+        // Not seen, or its `__new__` changed in place: look again.
+        _ => {
+            let proof = find_plain_namedtuple_arity(ty)
+                .unwrap_or(None)
+                .map(Arc::new);
+            PLAIN_NAMEDTUPLES.insert(ty, proof.clone());
+            PLAIN_EPOCH.fetch_add(1, Ordering::Relaxed);
+            proof
         }
     };
-    // The lookups may have given the type its tag.
+    let arity = proof.as_ref().map(|p| p.arity);
+    // The lookups may have given the type its tag. Nothing since the insertion ran Python code
+    // (the GIL is held throughout), so the shared cache holds `proof` in this epoch.
     if let Some(tag) = version_tag(ty) {
-        RECENT.with(|r| r[slot].set((ty.as_ptr() as usize, tag, arity)));
+        let recent = Recent {
+            addr: ty.as_ptr() as usize,
+            tag,
+            epoch: PLAIN_EPOCH.load(Ordering::Relaxed),
+            arity,
+            check: proof.as_ref().map(|p| p.check),
+        };
+        RECENT.with(|r| r[slot].set(recent));
     }
     arity
 }
@@ -208,14 +302,31 @@ pub fn plain_namedtuple_arity(ty: &Bound<'_, PyAny>) -> Option<usize> {
 /// How many namedtuple types each thread remembers in front of `PLAIN_NAMEDTUPLES`.
 const RECENT_NAMEDTUPLES: usize = 16;
 
+#[derive(Clone, Copy)]
+struct Recent {
+    addr: usize,
+    tag: u32,
+    epoch: u64,
+    arity: Option<usize>,
+    check: Option<Check>,
+}
+
+const NO_RECENT: Recent = Recent {
+    addr: 0,
+    tag: 0,
+    epoch: 0,
+    arity: None,
+    check: None,
+};
+
 thread_local! {
-    /// (type address, version tag, arity) of namedtuple types looked at lately, by address.
-    static RECENT: [Cell<(usize, u32, Option<usize>)>; RECENT_NAMEDTUPLES] =
-        const { [const { Cell::new((0, 0, None)) }; RECENT_NAMEDTUPLES] };
+    /// Namedtuple types looked at lately, by address.
+    static RECENT: [Cell<Recent>; RECENT_NAMEDTUPLES] =
+        const { [const { Cell::new(NO_RECENT) }; RECENT_NAMEDTUPLES] };
 }
 
 #[cold]
-fn find_plain_namedtuple_arity(ty: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
+fn find_plain_namedtuple_arity(ty: &Bound<'_, PyAny>) -> PyResult<Option<PlainNew>> {
     let py = ty.py();
     let Ok(cls) = ty.cast::<PyType>() else {
         return Ok(None);
@@ -251,6 +362,8 @@ fn find_plain_namedtuple_arity(ty: &Bound<'_, PyAny>) -> PyResult<Option<usize>>
         Some(f) if f.is(&tuple_new) => {}
         _ => return Ok(None),
     }
+    let globals_version = crate::treespec::dict_version(globals);
+    let globals = globals.clone().unbind();
     let code = new.getattr(intern!(py, "__code__"))?;
     let names = code.getattr(intern!(py, "co_names"))?;
     let only_tuple_new = names.cast::<PyTuple>().is_ok_and(|n| {
@@ -263,10 +376,65 @@ fn find_plain_namedtuple_arity(ty: &Bound<'_, PyAny>) -> PyResult<Option<usize>>
     let flags: u32 = code.getattr(intern!(py, "co_flags"))?.extract()?;
     // CO_VARARGS | CO_VARKEYWORDS
     let star_args = flags & (0x04 | 0x08) != 0;
-    Ok(
-        (only_tuple_new && argcount == fields.len() + 1 && kwonly == 0 && !star_args)
-            .then_some(fields.len()),
-    )
+    if !only_tuple_new || argcount != fields.len() + 1 || kwonly != 0 || star_args {
+        return Ok(None);
+    }
+    // The body must be the generated one, byte for byte: a `__code__` swapped in place for
+    // another function of the same signature and names (`_tuple_new(_cls, (x * 10, y))`)
+    // passes every check above.
+    let reference = generated_new_code(py, fields.len())?;
+    for attr in [intern!(py, "co_code"), intern!(py, "co_consts")] {
+        if !code.getattr(attr)?.eq(reference.getattr(attr)?)? {
+            return Ok(None);
+        }
+    }
+    Ok(Some(()).map(|()| {
+        let check = Check {
+            func: new.as_ptr().cast(),
+            code: code.as_ptr(),
+            globals: globals.as_ptr(),
+            globals_version,
+            tuple_new: tuple_new.as_ptr(),
+        };
+        PlainNew {
+            arity: fields.len(),
+            check,
+            _held: [
+                new.unbind(),
+                code.unbind(),
+                globals.into_any(),
+                tuple_new.unbind(),
+            ],
+        }
+    }))
+}
+
+/// The code of the `__new__` that `collections.namedtuple` generates for `n` fields (made once
+/// per `n`, from a namedtuple class of that many fields).
+#[cold]
+fn generated_new_code(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyAny>> {
+    static MADE: Mutex<Vec<(usize, Py<PyAny>)>> = Mutex::new(Vec::new());
+    if let Some((_, code)) = MADE.lock().ok().and_then(|m| {
+        m.iter()
+            .find(|(k, _)| *k == n)
+            .map(|(k, c)| (*k, c.clone_ref(py)))
+    }) {
+        return Ok(code.into_bound(py));
+    }
+    let names: Vec<String> = (0..n).map(|i| format!("f{i}")).collect();
+    let cls = py
+        .import(intern!(py, "collections"))?
+        .getattr(intern!(py, "namedtuple"))?
+        .call1(("Reference", names))?;
+    let code = cls
+        .getattr(intern!(py, "__new__"))?
+        .getattr(intern!(py, "__code__"))?;
+    if let Ok(mut made) = MADE.lock() {
+        if made.len() < 64 {
+            made.push((n, code.clone().unbind()));
+        }
+    }
+    Ok(code)
 }
 
 /// A struct sequence class (`time.struct_time`, `os.stat_result`): a final tuple subclass

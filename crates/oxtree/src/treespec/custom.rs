@@ -496,3 +496,56 @@ pub fn child_names(reg: &Registration) -> Option<&[Py<pyo3::types::PyString>]> {
         _ => None,
     }
 }
+
+/// Why a node of `arity` children, aux data `aux` and child keys `entries` is not one that
+/// flattening an instance under `reg` gives (None when it could be): a dataclass has one child
+/// per data field and the tuple of its meta fields' values as aux data, a static node no
+/// children and an instance of its type as aux data. Checked where a treespec is built from
+/// outside data (a pickle, JAX's node data), so a state that loads flattens back the same.
+/// A type registered with functions is trusted: only its flatten function knows its arity.
+#[cold]
+pub fn misfit(
+    py: Python<'_>,
+    reg: &Registration,
+    arity: usize,
+    aux: &Bound<'_, PyAny>,
+    entries: Option<&Bound<'_, PyTuple>>,
+) -> Option<String> {
+    let name = reg.name(py);
+    match &reg.rule {
+        Rule::Custom { .. } => None,
+        Rule::Dataclass { data, meta, .. } => {
+            if arity != data.len() {
+                return Some(format!(
+                    "{name} is registered with {} data fields, not {arity}",
+                    data.len()
+                ));
+            }
+            let fits = aux
+                .cast_exact::<PyTuple>()
+                .is_ok_and(|t| t.len() == meta.len());
+            if !fits {
+                return Some(format!(
+                    "{name} is registered with {} meta fields: its aux data must be a tuple \
+                     of their values, got {}",
+                    meta.len(),
+                    short_repr(aux, 80)
+                ));
+            }
+            entries.map(|_| format!("{name} is a dataclass: its children have no stored keys"))
+        }
+        Rule::Static => {
+            if arity != 0 || entries.is_some() {
+                return Some(format!(
+                    "{name} is registered as static: it has no children, not {arity}"
+                ));
+            }
+            (!aux.get_type().is(reg.ty.bind(py))).then(|| {
+                format!(
+                    "{name} is registered as static: its value must be a {name}, got {}",
+                    short_repr(aux, 80)
+                )
+            })
+        }
+    }
+}

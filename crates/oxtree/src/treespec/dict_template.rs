@@ -87,6 +87,27 @@ const LAYOUT_KNOWN: bool = cfg!(all(
     not(Py_3_14),
 ));
 
+/// The version tag of `dict` (CPython 3.11 gives a dict a new one on every change), or None
+/// on an interpreter whose dict layout is not known.
+pub fn dict_version(dict: &Bound<'_, PyDict>) -> Option<u64> {
+    if !layout_known(dict.py()) {
+        return None;
+    }
+    // SAFETY: a live dict, with CPython 3.11's layout (checked above).
+    Some(unsafe { dict_version_raw(dict.as_ptr()) })
+}
+
+/// `dict_version` without the check of the layout.
+///
+/// # Safety
+/// `dict` must be a live dict, and `dict_version` must have returned a tag before (the
+/// layout is this interpreter's).
+#[inline]
+pub unsafe fn dict_version_raw(dict: *mut ffi::PyObject) -> u64 {
+    // SAFETY: the caller's contract; a plain data field.
+    unsafe { (*dict.cast::<DictObject>()).ma_version_tag }
+}
+
 /// The dict of `node` (an exact-dict node of up to `MAX_KEYS` str keys) holding the values
 /// `stack[start..]` (leaf order), copied from a template: the values move into the dict and
 /// `stack` is cut to `start`. `None` when this dict cannot be made that way, with `stack`

@@ -29,6 +29,7 @@ use crate::paths::{self, PathEntry};
 use crate::registry::Registration;
 use crate::types;
 
+pub use dict_template::{dict_version, dict_version_raw};
 pub use flatten::MAX_DEPTH;
 pub use pickle::rebuild_treespec;
 pub use repr::{body_labelled as repr_body_labelled, options as repr_options};
@@ -434,6 +435,32 @@ fn registrations_of(nodes: &[Node]) -> Vec<Arc<Registration>> {
         .collect()
 }
 
+/// An empty node vector with room for `size` nodes, a number that came from the input
+/// (`None` when computing it overflowed).
+pub fn node_vec(size: Option<usize>, what: &str) -> PyResult<Vec<Node>> {
+    let mut nodes = Vec::new();
+    reserve_nodes(&mut nodes, size, what)?;
+    Ok(nodes)
+}
+
+/// Room for `more` nodes in `out` (`None`: a count that overflowed): a result too large to
+/// allocate raises MemoryError, never aborts the process.
+pub fn reserve_nodes(out: &mut Vec<Node>, more: Option<usize>, what: &str) -> PyResult<()> {
+    let total = more.and_then(|m| m.checked_add(out.len()));
+    match (more, total) {
+        (Some(m), Some(n)) if n <= MAX_NODES && out.try_reserve(m).is_ok() => Ok(()),
+        _ => Err(TreeError::Memory(format!(
+            "{what}: the result would have {} nodes, more than can be allocated",
+            total.map_or_else(|| "too many".to_owned(), |n| n.to_string())
+        ))
+        .into()),
+    }
+}
+
+/// The most nodes a treespec made by composing or grafting may have: 2**32 nodes would take
+/// 256 GiB, more than any machine this runs on can hold.
+pub const MAX_NODES: usize = 1 << 32;
+
 impl PyTreeSpec {
     /// A treespec of `nodes`, which takes a reference to each registration they point to.
     /// Those registrations must be alive during the call: the nodes come from a live
@@ -653,8 +680,10 @@ impl PyTreeSpec {
     /// The treespec made by replacing every leaf of this one with `inner`.
     fn compose(&self, py: Python<'_>, inner: &PyTreeSpec) -> PyResult<PyTreeSpec> {
         self.check_same_options(inner, "PyTreeSpec.compose")?;
-        let mut nodes =
-            Vec::with_capacity(self.nodes.len() + self.root().num_leaves * inner.nodes.len());
+        let leaves = self.root().num_leaves;
+        let size = (leaves.checked_mul(inner.nodes.len()))
+            .and_then(|n| n.checked_add(self.nodes.len() - leaves));
+        let mut nodes = node_vec(size, "PyTreeSpec.compose")?;
         for node in &self.nodes {
             if node.kind == Kind::Leaf {
                 nodes.extend(inner.nodes.iter().map(|n| n.clone_ref(py)));

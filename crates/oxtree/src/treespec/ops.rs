@@ -261,7 +261,12 @@ pub fn graft(
     }
     // Each node's counts grow by what its leaves became: track, per open subtree, the
     // number of nodes and leaves emitted since it started, in post-order.
-    let mut out: Vec<Node> = Vec::new();
+    let size = inner
+        .iter()
+        .try_fold(spec.nodes.len() - spec.num_leaves(), |n, s| {
+            n.checked_add(s.nodes.len())
+        });
+    let mut out = super::node_vec(size, "graft")?;
     let mut pending: Vec<(usize, usize)> = Vec::new();
     let mut next = 0;
     for node in &spec.nodes {
@@ -358,6 +363,7 @@ pub fn transform(
             check_none_is_leaf(got, "f_leaf")?;
             namespace = pick_namespace(&namespace, &got.namespace)?;
             face = got.face;
+            super::reserve_nodes(&mut out, Some(got.nodes.len()), "transform")?;
             out.extend(got.nodes.iter().map(|n| n.clone_ref(py)));
             pending.push((got.num_leaves(), got.nodes.len()));
             continue;
@@ -440,6 +446,9 @@ pub fn from_jax_node_data(
     } else if is(&py.get_type::<PyList>()) {
         Node::bare(Kind::List, arity, 0, 0)
     } else if is(&py.None().bind(py).get_type()) {
+        if arity != 0 {
+            return Err(bad(format!("None has no children, got {arity}")));
+        }
         Node::bare(Kind::None, 0, 0, 0)
     } else if is(&py.get_type::<PyDict>())
         || is(c.ordered_dict.bind(py))
@@ -459,6 +468,14 @@ pub fn from_jax_node_data(
         if keys.len() != arity {
             return Err(bad(format!("{} keys for {arity} children", keys.len())));
         }
+        let distinct = pyo3::types::PySet::new(py, keys.iter())
+            .map_err(|_| bad("dict keys must be hashable".into()))?;
+        if distinct.len() != arity {
+            return Err(bad(format!(
+                "repeated dict keys: {}",
+                crate::errors::short_repr(&keys, 80)
+            )));
+        }
         let mut n = Node::bare(kind, arity, 0, 0);
         if kind != Kind::OrderedDict {
             let sorted = super::flatten::sort_keys(&keys, true)?;
@@ -470,6 +487,13 @@ pub fn from_jax_node_data(
         n.data = factory.map(Bound::unbind);
         n
     } else if crate::types::is_namedtuple_class(ty) {
+        let fields = crate::types::field_names(ty, Kind::NamedTuple)?.len();
+        if fields != arity {
+            return Err(bad(format!(
+                "{} has {fields} fields, got {arity} children",
+                ty.name()?
+            )));
+        }
         let mut n = Node::bare(Kind::NamedTuple, arity, 0, 0);
         n.data = Some(ty.clone().into_any().unbind());
         n
@@ -481,6 +505,9 @@ pub fn from_jax_node_data(
                 ty.name().map(|n| n.to_string()).unwrap_or_default()
             ))
         })?;
+        if let Some(why) = super::custom::misfit(py, found, arity, &data, None) {
+            return Err(bad(why));
+        }
         let mut n = Node::bare(Kind::Custom, arity, 0, 0);
         n.data = Some(data.unbind());
         n.set_custom(found);

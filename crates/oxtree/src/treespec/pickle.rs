@@ -274,6 +274,16 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
                         ty.name()?
                     )));
                 }
+                if registry::snapshot()
+                    .lookup(ty.as_ptr().cast(), &namespace)
+                    .is_some()
+                {
+                    return Err(bad(format!(
+                        "node {i}: {} is registered as a pytree node type, so its instances \
+                         are custom nodes, not {kind:?} nodes",
+                        ty.name()?
+                    )));
+                }
                 node.data = Some(data.unbind());
             }
             Kind::Deque => {
@@ -303,6 +313,15 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
                             ty.name().map(|n| n.to_string()).unwrap_or_default()
                         ))
                     })?;
+                if let Some(why) = super::custom::misfit(
+                    py,
+                    &found,
+                    arity,
+                    &data,
+                    node.entries().as_ref().map(|e| e.bind(py)),
+                ) {
+                    return Err(bad(format!("node {i}: {why}")));
+                }
                 node.set_custom(&found);
                 registrations.push(found);
                 node.data = Some(data.unbind());
