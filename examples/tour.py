@@ -562,6 +562,7 @@ def treespec_algebra() -> None:
     print(f"  {'prefix':<28} {prefix}")
     show("prefix.is_prefix(full)", prefix.is_prefix(full))
     show("full.is_prefix(prefix)", full.is_prefix(prefix))
+    show("full.is_suffix(prefix)", full.is_suffix(prefix))
     show("prefix < full (ordering)", prefix < full)
     print(f"  {'full.child(1)':<28} {full.child(1)}")
     built = oxtree.treespec_dict(
@@ -621,7 +622,7 @@ def graphs() -> None:
     expect_error("tree_flatten(obj)", lambda: oxtree.tree_flatten(obj))
 
 
-@section("Seeing trees: pformat, summary, tree_diff")
+@section("Seeing trees: pprint, summary, tree_diff, view")
 def seeing_trees() -> None:
     import numpy as np
 

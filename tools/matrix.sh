@@ -12,7 +12,9 @@
 # .venv). The venv is reused until either file changes; pip's cache is kept between runs.
 #
 # Environment: MATRIX_VERSIONS (default "3.11 3.12 3.13 3.14") picks the versions,
-# PYTEST_ARGS adds arguments to pytest, BENCH_ARGS to bench.py.
+# PYTEST_ARGS adds arguments to pytest, BENCH_ARGS to bench.py. MATRIX_SKIP_VENV=1 (what
+# `make test-matrix` sets, as it runs after `make test`) skips, in test mode, a version whose
+# Python and jax are those of .venv (VENV_PY, default .venv/bin/python).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +27,7 @@ test | bench) ;;
     ;;
 esac
 versions=${MATRIX_VERSIONS:-3.11 3.12 3.13 3.14}
+VENV_PY=${VENV_PY:-.venv/bin/python}
 
 # The interpreter of CPython $1 (e.g. 3.12), or nothing.
 find_python() {
@@ -48,7 +51,7 @@ sys.exit(0 if ok else 1)" 2>/dev/null; then
     done
 }
 
-# Creates or refreshes .venv-$1 with interpreter $2.
+# Creates or refreshes .venv-$1 with interpreter $2 and its tools.
 prepare_venv() {
     local minor=$1 py=$2 venv=.venv-$1
     local stamp=$venv/.matrix-deps
@@ -64,10 +67,20 @@ prepare_venv() {
             -c constraints-matrix.txt || return 1
         touch "$stamp"
     fi
+}
+
+# Builds the extension into .venv-$1.
+build_extension() {
+    local minor=$1 venv=.venv-$1
     # Each version keeps its own cargo target directory, so switching versions rebuilds
     # nothing that did not change.
     CARGO_TARGET_DIR=target/py$minor VIRTUAL_ENV=$PWD/$venv PATH=$PWD/$venv/bin:$PATH \
         "$venv/bin/maturin" develop --release --quiet
+}
+
+# "3.11 0.10.2": the Python and jax versions of a venv's interpreter $1.
+versions_of() {
+    "$1" -c "import sys, jax; print(f'{sys.version_info[0]}.{sys.version_info[1]}', jax.__version__)" 2>/dev/null
 }
 
 run_version() {
@@ -102,7 +115,22 @@ for minor in $versions; do
         failed=1
         continue
     fi
-    jax=$(".venv-$minor/bin/python" -c "import jax; print(jax.__version__)" 2>/dev/null)
+    jax=$(versions_of ".venv-$minor/bin/python")
+    jax=${jax#* }
+    # `make test` has just run this suite in .venv; the same Python with the same jax adds
+    # nothing (3.11's newest jax is the one requirements-dev.txt pins).
+    if [ "$mode" = test ] && [ -n "${MATRIX_SKIP_VENV:-}" ] && [ -x "$VENV_PY" ] &&
+        [ "$(versions_of "$VENV_PY")" = "$minor $jax" ]; then
+        echo "=== Python $minor: skipped, $VENV_PY is Python $minor with jax $jax too (make test)"
+        summary+=("$minor: skipped, the same as .venv (Python $minor, jax $jax): make test runs it")
+        continue
+    fi
+    if ! build_extension "$minor"; then
+        echo "=== Python $minor: building the extension failed"
+        summary+=("$minor: FAILED to build the extension")
+        failed=1
+        continue
+    fi
     if run_version "$minor"; then
         result=passed
         benched+=("target/bench-$minor.json")
