@@ -4,7 +4,7 @@ inside filtered transforms, PRNG keys as leaves, back-references, and the module
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -579,3 +579,61 @@ def test_new_is_typed_self() -> None:
     assert inspect.signature(Module.__new__).return_annotation == "Self"
     b: Block = Block()
     assert type(b) is Block
+
+
+# --------------------------------------------------------------------------------------------
+# Open kinds
+
+BatchStats = Kind.define("batch_stats")
+
+
+class Norm(Module):
+    scale: Parameter
+    var: Annotated[Any, BatchStats]
+
+    def __init__(self) -> None:
+        self.scale = jnp.ones(2)
+        self.var = jnp.ones(2)
+        self.register_kind("mean", jnp.zeros(2), BatchStats)
+
+
+def test_defined_kinds_hold_leaves_and_select() -> None:
+    import pickle
+
+    assert Kind("batch_stats") is BatchStats
+    assert Kind.define("batch_stats") is BatchStats
+    assert Kind.define("state") is Kind.STATE
+    assert repr(BatchStats) == "<Kind.BATCH_STATS: 'batch_stats'>"
+    assert BatchStats.name == "BATCH_STATS"
+    assert BatchStats.value == "batch_stats"
+    n = Norm()
+    assert dict(n.name_to_kind) == {"scale": Kind.PARAMETER, "var": BatchStats, "mean": BatchStats}
+    assert len(jax.tree_util.tree_leaves(n)) == 3
+    stats = n.select(BatchStats)
+    assert stats.scale is None
+    assert stats.mean is n.mean
+    assert n.state_dict(BatchStats).keys() == {"var", "mean"}
+    assert n.parameters().mean is None
+    grads = oxjax.filter_grad(lambda p: jnp.sum(n.update(p).scale * n.mean))(
+        n.select(Kind.PARAMETER)
+    )
+    assert grads.mean is None
+    assert grads.scale is not None
+    again = pickle.loads(pickle.dumps(n))
+    assert again.name_to_kind["mean"] is BatchStats
+    assert oxtree.tree_structure(again) == oxtree.tree_structure(n)
+
+
+def test_defined_kind_errors() -> None:
+    with pytest.raises(TypeError, match=r"Kind\.define expects an identifier"):
+        Kind.define("not a name")
+    with pytest.raises(ValueError, match="is not a valid Kind"):
+        Kind("never_defined_kind")
+    m = Module()
+    with pytest.raises(TypeError, match=r"register_kind\('x', \.\.\.\): the kind must be a Kind"):
+        m.register_kind("x", 1, Kind.OTHERS)
+    with pytest.raises(TypeError, match="the kind must be a Kind"):
+        m.register_kind("x", 1, "state")  # type: ignore[arg-type]
+    m.register_kind("sub", Module(), Kind.MODULE)
+    assert m.name_to_kind["sub"] is Kind.MODULE
+    assert not hasattr(m, "x")
