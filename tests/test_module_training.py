@@ -637,3 +637,60 @@ def test_defined_kind_errors() -> None:
     m.register_kind("sub", Module(), Kind.MODULE)
     assert m.name_to_kind["sub"] is Kind.MODULE
     assert not hasattr(m, "x")
+
+
+# --------------------------------------------------------------------------------------------
+# JAX's transforms apply to modules directly, sharing kept
+
+
+class Layer(Module):
+    w: Parameter
+
+    def __init__(self, key: Any) -> None:
+        self.w = jax.random.normal(key, (3, 3)) * 0.1
+
+    def __call__(self, x: Any) -> Any:
+        return jnp.tanh(x @ self.w)
+
+
+def test_vmap_over_an_ensemble_of_tied_modules() -> None:
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+
+    def make(key: Any) -> AutoEncoder:
+        m = AutoEncoder()
+        m.enc.w = jax.random.normal(key, (3, 3))
+        return m
+
+    ensemble = jax.vmap(make)(keys)
+    assert ensemble.enc is ensemble.dec
+    assert ensemble.enc.w.shape == (4, 3, 3)
+    out = jax.vmap(lambda m: m(X))(ensemble)
+    assert out.shape == (4, 4, 3)
+    np_first = make(keys[0])(X)
+    assert jnp.allclose(out[0], np_first, atol=1e-5)
+
+
+def test_scan_over_stacked_layers_and_checkpoint() -> None:
+    layers = [Layer(k) for k in jax.random.split(jax.random.PRNGKey(1), 5)]
+    stacked = jax.tree_util.tree_map(lambda *ws: jnp.stack(ws), *layers)
+    assert type(stacked) is Layer
+    assert stacked.w.shape == (5, 3, 3)
+
+    def body(x: Any, layer: Layer) -> Any:
+        return jax.checkpoint(lambda layer, x: layer(x))(layer, x), None
+
+    y, _ = jax.lax.scan(body, X, stacked)
+    expected = X
+    for layer in layers:
+        expected = layer(expected)
+    assert jnp.allclose(y, expected, atol=1e-6)
+    grads = jax.grad(lambda s: jnp.sum(jax.lax.scan(body, X, s)[0]))(stacked)
+    assert grads.w.shape == (5, 3, 3)
+
+
+def test_eval_shape_keeps_sharing_and_kinds() -> None:
+    shapes = jax.eval_shape(AutoEncoder)
+    assert shapes.enc is shapes.dec
+    assert shapes.enc.w.shape == (3, 3)
+    assert isinstance(shapes.enc.w, jax.ShapeDtypeStruct)
+    assert shapes.enc.name_to_kind["w"] is Kind.PARAMETER
