@@ -269,6 +269,23 @@ def test_filter_jit_names_a_change_it_cannot_write_back() -> None:
     assert "cannot be written back" in str(info.value)
     assert s.a is a
 
+    # With a change that can be written back in the same call, nothing is: all or none.
+    m = Scaled()
+    w, calls = m.w, m.calls
+
+    def g(m: Scaled, s: Slotted) -> None:
+        m.w = m.w * 3
+        m.register_state("extra", jnp.ones(1))
+        s.a = s.a * 2
+
+    with pytest.raises(ValueError, match="cannot be written back"):
+        oxjax.filter_jit(g)(m, s)
+    assert m.w is w
+    assert m.calls is calls
+    assert not hasattr(m, "extra")
+    assert "extra" not in m.name_to_kind
+    assert s.a is a
+
 
 def test_filter_jit_new_unregistered_array_attribute_is_refused() -> None:
     m = Scaled()
