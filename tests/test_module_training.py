@@ -4,7 +4,7 @@ inside filtered transforms, PRNG keys as leaves, back-references, and the module
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -267,6 +267,23 @@ def test_filter_jit_names_a_change_it_cannot_write_back() -> None:
     with pytest.raises(ValueError, match=r"filter_jit: the function changed args\[0\]") as info:
         oxjax.filter_jit(f)(s)
     assert "cannot be written back" in str(info.value)
+    assert s.a is a
+
+    # With a change that can be written back in the same call, nothing is: all or none.
+    m = Scaled()
+    w, calls = m.w, m.calls
+
+    def g(m: Scaled, s: Slotted) -> None:
+        m.w = m.w * 3
+        m.register_state("extra", jnp.ones(1))
+        s.a = s.a * 2
+
+    with pytest.raises(ValueError, match="cannot be written back"):
+        oxjax.filter_jit(g)(m, s)
+    assert m.w is w
+    assert m.calls is calls
+    assert not hasattr(m, "extra")
+    assert "extra" not in m.name_to_kind
     assert s.a is a
 
 
@@ -579,3 +596,118 @@ def test_new_is_typed_self() -> None:
     assert inspect.signature(Module.__new__).return_annotation == "Self"
     b: Block = Block()
     assert type(b) is Block
+
+
+# --------------------------------------------------------------------------------------------
+# Open kinds
+
+BatchStats = Kind.define("batch_stats")
+
+
+class Norm(Module):
+    scale: Parameter
+    var: Annotated[Any, BatchStats]
+
+    def __init__(self) -> None:
+        self.scale = jnp.ones(2)
+        self.var = jnp.ones(2)
+        self.register_kind("mean", jnp.zeros(2), BatchStats)
+
+
+def test_defined_kinds_hold_leaves_and_select() -> None:
+    import pickle
+
+    assert Kind("batch_stats") is BatchStats
+    assert Kind.define("batch_stats") is BatchStats
+    assert Kind.define("state") is Kind.STATE
+    assert repr(BatchStats) == "<Kind.BATCH_STATS: 'batch_stats'>"
+    assert BatchStats.name == "BATCH_STATS"
+    assert BatchStats.value == "batch_stats"
+    n = Norm()
+    assert dict(n.name_to_kind) == {"scale": Kind.PARAMETER, "var": BatchStats, "mean": BatchStats}
+    assert len(jax.tree_util.tree_leaves(n)) == 3
+    stats = n.select(BatchStats)
+    assert stats.scale is None
+    assert stats.mean is n.mean
+    assert n.state_dict(BatchStats).keys() == {"var", "mean"}
+    assert n.parameters().mean is None
+    grads = oxjax.filter_grad(lambda p: jnp.sum(n.update(p).scale * n.mean))(
+        n.select(Kind.PARAMETER)
+    )
+    assert grads.mean is None
+    assert grads.scale is not None
+    again = pickle.loads(pickle.dumps(n))
+    assert again.name_to_kind["mean"] is BatchStats
+    assert oxtree.tree_structure(again) == oxtree.tree_structure(n)
+
+
+def test_defined_kind_errors() -> None:
+    with pytest.raises(TypeError, match=r"Kind\.define expects an identifier"):
+        Kind.define("not a name")
+    with pytest.raises(ValueError, match="is not a valid Kind"):
+        Kind("never_defined_kind")
+    m = Module()
+    with pytest.raises(TypeError, match=r"register_kind\('x', \.\.\.\): the kind must be a Kind"):
+        m.register_kind("x", 1, Kind.OTHERS)
+    with pytest.raises(TypeError, match="the kind must be a Kind"):
+        m.register_kind("x", 1, "state")  # type: ignore[arg-type]
+    m.register_kind("sub", Module(), Kind.MODULE)
+    assert m.name_to_kind["sub"] is Kind.MODULE
+    assert not hasattr(m, "x")
+
+
+# --------------------------------------------------------------------------------------------
+# JAX's transforms apply to modules directly, sharing kept
+
+
+class Layer(Module):
+    w: Parameter
+
+    def __init__(self, key: Any) -> None:
+        self.w = jax.random.normal(key, (3, 3)) * 0.1
+
+    def __call__(self, x: Any) -> Any:
+        return jnp.tanh(x @ self.w)
+
+
+def test_vmap_over_an_ensemble_of_tied_modules() -> None:
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+
+    def make(key: Any) -> AutoEncoder:
+        m = AutoEncoder()
+        m.enc.w = jax.random.normal(key, (3, 3))
+        return m
+
+    ensemble = jax.vmap(make)(keys)
+    assert ensemble.enc is ensemble.dec
+    assert ensemble.enc.w.shape == (4, 3, 3)
+    out = jax.vmap(lambda m: m(X))(ensemble)
+    assert out.shape == (4, 4, 3)
+    np_first = make(keys[0])(X)
+    assert jnp.allclose(out[0], np_first, atol=1e-5)
+
+
+def test_scan_over_stacked_layers_and_checkpoint() -> None:
+    layers = [Layer(k) for k in jax.random.split(jax.random.PRNGKey(1), 5)]
+    stacked = jax.tree_util.tree_map(lambda *ws: jnp.stack(ws), *layers)
+    assert type(stacked) is Layer
+    assert stacked.w.shape == (5, 3, 3)
+
+    def body(x: Any, layer: Layer) -> Any:
+        return jax.checkpoint(lambda layer, x: layer(x))(layer, x), None
+
+    y, _ = jax.lax.scan(body, X, stacked)
+    expected = X
+    for layer in layers:
+        expected = layer(expected)
+    assert jnp.allclose(y, expected, atol=1e-6)
+    grads = jax.grad(lambda s: jnp.sum(jax.lax.scan(body, X, s)[0]))(stacked)
+    assert grads.w.shape == (5, 3, 3)
+
+
+def test_eval_shape_keeps_sharing_and_kinds() -> None:
+    shapes = jax.eval_shape(AutoEncoder)
+    assert shapes.enc is shapes.dec
+    assert shapes.enc.w.shape == (3, 3)
+    assert isinstance(shapes.enc.w, jax.ShapeDtypeStruct)
+    assert shapes.enc.name_to_kind["w"] is Kind.PARAMETER

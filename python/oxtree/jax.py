@@ -425,12 +425,16 @@ class _Changes:
             leaves[v] if kind == 0 else (changed[v] if kind == 1 else v) for kind, v in self.sources
         ]
         fresh = graph_unflatten(self.graphdef, new)
+        saved = [_Saved(x) for x in _walk(roots)]
         _write_back(roots, fresh if len(roots) > 1 else (fresh,), self.origin)
         # Whatever the caller's objects could not take (a change inside a tuple or another
-        # object rebuilt from its children, at the top of an argument) is reported.
+        # object rebuilt from its children, at the top of an argument) is reported, and the
+        # caller's objects are put back as they were.
         now, now_gd = graph_flatten(*roots, namespace=self.namespace)
         if now_gd == self.graphdef and all(map(operator.is_, now, new)):
             return
+        for state in saved:
+            state.restore()
         paths = self.graphdef.paths()
         at = next(
             (i for i, (a, b) in enumerate(zip(now, new, strict=False)) if a is not b),
@@ -439,10 +443,35 @@ class _Changes:
         where = self.where(paths[at]) if at < len(paths) else "the arguments' structure"
         raise ValueError(
             f"{self.name}: the function changed {where} in its arguments, and the change cannot "
-            "be written back to the caller's objects: only Modules, lists, dicts and objects "
-            "with a __dict__ are updated in place, and this change lies inside a tuple or "
-            "another object that is rebuilt rather than mutated; return the new value instead"
+            "be written back to the caller's objects: only Modules, lists, dicts and dataclass "
+            "instances are updated in place, and this change lies inside a tuple or another "
+            "object that is rebuilt rather than mutated; return the new value instead"
         )
+
+
+class _Saved:
+    """The contents of one writable object (and a Module's aux data), to put back."""
+
+    __slots__ = ("aux", "contents", "obj")
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+        self.aux = obj._oxtree_def if isinstance(obj, _module.Module) else None
+        if isinstance(obj, list):
+            self.contents: Any = list(obj)
+        else:
+            self.contents = dict(obj if isinstance(obj, dict) else vars(obj))
+
+    def restore(self) -> None:
+        obj = self.obj
+        if isinstance(obj, list):
+            obj[:] = self.contents
+            return
+        target = obj if isinstance(obj, dict) else vars(obj)
+        target.clear()
+        target.update(self.contents)
+        if self.aux is not None:
+            _module._DEF_SLOT.__set__(obj, self.aux)
 
 
 def _writable(x: Any) -> bool:

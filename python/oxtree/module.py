@@ -60,14 +60,36 @@ class Kind(enum.Enum):
     ``MODULE`` attributes hold submodules, ``OTHERS`` (the default for anything unregistered)
     is static configuration kept in the treedef.
 
+    Kinds are open: :meth:`define` makes a new one (batch statistics, a cache, ...) whose
+    attributes hold leaves, as ``STATE``'s do; register them with :meth:`Module.register_kind`
+    or annotate them ``Annotated[T, kind]``, and pick them out with :meth:`Module.select`.
+
     >>> Kind.PARAMETER, Kind('state')
     (<Kind.PARAMETER: 'parameter'>, <Kind.STATE: 'state'>)
+    >>> Kind.define('batch_stats'), Kind('batch_stats') is Kind.define('batch_stats')
+    (<Kind.BATCH_STATS: 'batch_stats'>, True)
     """
 
     PARAMETER = "parameter"
     STATE = "state"
     MODULE = "module"
     OTHERS = "others"
+
+    @classmethod
+    def define(cls, name: str) -> Kind:
+        """The kind named ``name`` (an identifier), made on first use; ``Kind(name)`` finds
+        it afterwards (and in a pickle's loading process once defined there)."""
+        if not isinstance(name, str) or not name.isidentifier():
+            raise TypeError(f"Kind.define expects an identifier, got {name!r}")
+        known = cls._value2member_map_.get(name)
+        if known is not None:
+            return known  # type: ignore[return-value]
+        kind = object.__new__(cls)
+        kind._value_ = name
+        kind._name_ = name.upper()
+        kind._sort_order_ = len(cls._value2member_map_)  # type: ignore[attr-defined]
+        cls._value2member_map_[name] = kind
+        return kind
 
 
 # Annotation markers. An alias has no docstring syntax, so each gets its ``__doc__`` set, and
@@ -312,8 +334,9 @@ def _annotation_kind(klass: type, name: str, ann: Any) -> Kind | None:
         return None
     if len(kinds) > 1 or kinds[0] is Kind.OTHERS:
         raise TypeError(
-            f"{klass.__qualname__}.{name}: an annotation may carry one of PARAMETER, STATE or "
-            f"MODULE (OTHERS is the default: leave the annotation plain), got {kinds}"
+            f"{klass.__qualname__}.{name}: an annotation may carry one of PARAMETER, STATE, "
+            "MODULE or a kind made by Kind.define (OTHERS is the default: leave the "
+            f"annotation plain), got {kinds}"
         )
     return kinds[0]
 
@@ -583,6 +606,27 @@ class Module:
         <Kind.STATE: 'state'>
         """
         self._register_kind(name, value, Kind.STATE)
+
+    def register_kind(self, name: str, value: Any, kind: Kind) -> None:
+        """Sets attribute ``name`` to ``value`` with kind ``kind``: ``PARAMETER``, ``STATE``,
+        ``MODULE`` or a kind made by :meth:`Kind.define` (whose attributes hold leaves).
+
+        >>> BatchStats = Kind.define('batch_stats')
+        >>> class Norm(Module):
+        ...     def __init__(self):
+        ...         self.register_kind('mean', 0.0, BatchStats)
+        >>> Norm().name_to_kind['mean']
+        <Kind.BATCH_STATS: 'batch_stats'>
+        """
+        if not isinstance(kind, Kind) or kind is Kind.OTHERS:
+            raise TypeError(
+                f"{type(self).__qualname__}.register_kind({name!r}, ...): the kind must be a "
+                f"Kind other than OTHERS (plain assignment makes configuration), got {kind!r}"
+            )
+        if kind is Kind.MODULE:
+            self.register_module(name, value)
+        else:
+            self._register_kind(name, value, kind)
 
     def register_module(self, name: str, value: Any) -> None:
         """Sets attribute ``name`` to ``value`` (a Module, or a list, tuple or dict of
