@@ -87,13 +87,13 @@ const LAYOUT_KNOWN: bool = cfg!(all(
     not(Py_3_14),
 ));
 
-/// The version tag of `dict` (CPython 3.11 gives a dict a new one on every change), or None
-/// on an interpreter whose dict layout is not known.
+/// The version tag of `dict` (CPython 3.11 to 3.13 give a dict a new one on every change),
+/// or None on an interpreter whose dict layout is not known.
 pub fn dict_version(dict: &Bound<'_, PyDict>) -> Option<u64> {
-    if !layout_known(dict.py()) {
+    if !LAYOUT_KNOWN {
         return None;
     }
-    // SAFETY: a live dict, with CPython 3.11's layout (checked above).
+    // SAFETY: a live dict, with the layout of `DictObject` (`LAYOUT_KNOWN`).
     Some(unsafe { dict_version_raw(dict.as_ptr()) })
 }
 
