@@ -629,6 +629,10 @@ class _FilterJit:
         self._donate = donate
         self._namespace = namespace
         self._entries: dict[tuple[GraphDef, tuple[type, ...]], _Entry] = {}
+        # The entry of the last call: a training loop calls with one structure, and comparing
+        # with it (a pointer compare per node and per leaf type) is cheaper than hashing a
+        # new graphdef, which asks every module's aux data for its hash.
+        self._last: tuple[GraphDef, tuple[type, ...], _Entry] | None = None
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
@@ -643,11 +647,16 @@ class _FilterJit:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         leaves, graphdef = graph_flatten(args, kwargs, namespace=self._namespace)
         types = tuple(map(type, leaves))
-        entry = self._entries.get((graphdef, types))
-        if entry is None:
-            entry = self._entries[(graphdef, types)] = _Entry(
-                graphdef, [_is_array_type(ty) for ty in types], self._donate
-            )
+        last = self._last
+        if last is not None and last[1] == types and last[0] == graphdef:
+            entry = last[2]
+        else:
+            entry = self._entries.get((graphdef, types))
+            if entry is None:
+                entry = self._entries[(graphdef, types)] = _Entry(
+                    graphdef, [_is_array_type(ty) for ty in types], self._donate
+                )
+            self._last = (graphdef, types, entry)
         statics = entry.statics_of(leaves)
         arrays = entry.arrays_of(leaves)
         if len(set(map(id, arrays))) != len(arrays):
