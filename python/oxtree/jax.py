@@ -836,7 +836,10 @@ def filter_value_and_grad(
 
     ``grads`` has the structure of the first argument (shared objects and cycles kept), with
     the gradient at each differentiated leaf and None at every other. With ``has_aux``, ``fn``
-    returns ``(value, aux)`` and the result is ``((value, aux), grads)``.
+    returns ``(value, aux)`` and the result is ``((value, aux), grads)``. ``fn`` works on a
+    copy of the first argument; what it changes there (running statistics, a counter) is
+    written back to the caller's objects as values, never differentiated (see
+    :func:`filter_jit`).
 
     >>> import jax.numpy as jnp
     >>> loss = lambda p, x: jnp.sum(p['w'] * x) + p['n']
