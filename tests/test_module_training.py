@@ -774,3 +774,11 @@ def test_training_step_with_statistics_and_donation() -> None:
     assert losses[2] < losses[0]
     assert jnp.allclose(m.norm.mean, 0.271 * x.mean(0), rtol=0.05)
     assert not jnp.allclose(m.w, jnp.eye(3))
+
+
+def test_filter_value_and_grad_has_aux_expects_a_pair() -> None:
+    m = Scaled()
+    for bad in (lambda m: jnp.sum(m.w), lambda m: (jnp.sum(m.w), 1, 2)):
+        with pytest.raises(TypeError, match=r"has_aux=True expects fn to return a pair"):
+            oxjax.filter_value_and_grad(bad, has_aux=True)(m)
+    assert int(m.calls) == 0

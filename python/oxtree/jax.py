@@ -870,6 +870,12 @@ def filter_value_and_grad(
             )
             changed = [jax.lax.stop_gradient(c) for c in changed]
             if has_aux:
+                if not (isinstance(out, tuple | list) and len(out) == 2):
+                    raise TypeError(
+                        f"{name} with has_aux=True expects fn to return a pair (value, aux), "
+                        f"got {type(out).__name__}"
+                        + (f" of length {len(out)}" if isinstance(out, tuple | list) else "")
+                    )
                 return out[0], (out[1], changes, changed)
             return out, (None, changes, changed)
 
