@@ -711,3 +711,74 @@ def test_eval_shape_keeps_sharing_and_kinds() -> None:
     assert shapes.enc.w.shape == (3, 3)
     assert isinstance(shapes.enc.w, jax.ShapeDtypeStruct)
     assert shapes.enc.name_to_kind["w"] is Kind.PARAMETER
+
+
+# --------------------------------------------------------------------------------------------
+# The nnx style end to end: a jitted method that updates running statistics, a training step
+# that updates them through the gradient and donates its buffers
+
+
+class RunningNorm(Module):
+    def __init__(self) -> None:
+        self.register_parameter("scale", jnp.ones(3))
+        self.register_kind("mean", jnp.zeros(3), BatchStats)
+        self.register_state("count", jnp.zeros((), jnp.int32))
+
+    @oxjax.filter_jit
+    def __call__(self, x: Any) -> Any:
+        self.mean = 0.9 * self.mean + 0.1 * x.mean(0)
+        self.count = self.count + 1
+        return (x - self.mean) * self.scale
+
+
+def test_jitted_method_updates_running_statistics() -> None:
+    norm = RunningNorm()
+    norm(jnp.ones((4, 3)))
+    norm(jnp.ones((4, 3)))
+    assert jnp.allclose(norm.mean, 0.19)
+    assert int(norm.count) == 2
+
+
+def test_training_step_with_statistics_and_donation() -> None:
+    class Model(Module):
+        def __init__(self) -> None:
+            self.norm = RunningNorm()
+            self.register_parameter("w", jnp.eye(3))
+
+    def loss(m: Model, x: Any) -> Any:
+        h = x @ m.w
+        m.norm.mean = 0.9 * m.norm.mean + 0.1 * h.mean(0)  # written back, not differentiated
+        return jnp.mean(((h - m.norm.mean) * m.norm.scale) ** 2)
+
+    opt = optax.adam(1e-2)
+    m = Model()
+    norm = m.norm
+    state = opt.init(m.select(Kind.PARAMETER))
+
+    x = jnp.arange(12.0).reshape(4, 3)
+
+    @oxjax.filter_jit(donate="all-except-first")  # the optimizer state's buffers are reused
+    def step(m: Model, state: Any) -> Any:
+        value, grads = oxjax.filter_value_and_grad(loss)(m, x)
+        assert grads.norm.mean is not None  # a float leaf: differentiated, then unused
+        updates, state = opt.update(grads.select(Kind.PARAMETER), state)
+        new = m.update(optax.apply_updates(m.select(Kind.PARAMETER), updates))
+        m.w, m.norm.scale = new.w, new.norm.scale
+        return value, state
+
+    losses = []
+    for _ in range(3):
+        value, state = step(m, state)
+        losses.append(float(value))
+    assert m.norm is norm
+    assert losses[2] < losses[0]
+    assert jnp.allclose(m.norm.mean, 0.271 * x.mean(0), rtol=0.05)
+    assert not jnp.allclose(m.w, jnp.eye(3))
+
+
+def test_filter_value_and_grad_has_aux_expects_a_pair() -> None:
+    m = Scaled()
+    for bad in (lambda m: jnp.sum(m.w), lambda m: (jnp.sum(m.w), 1, 2)):
+        with pytest.raises(TypeError, match=r"has_aux=True expects fn to return a pair"):
+            oxjax.filter_value_and_grad(bad, has_aux=True)(m)
+    assert int(m.calls) == 0

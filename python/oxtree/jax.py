@@ -631,6 +631,10 @@ class _FilterJit:
         self._donate = donate
         self._namespace = namespace
         self._entries: dict[tuple[GraphDef, tuple[type, ...]], _Entry] = {}
+        # The entry of the last call: a training loop calls with one structure, and comparing
+        # with it (a pointer compare per node and per leaf type) is cheaper than hashing a
+        # new graphdef, which asks every module's aux data for its hash.
+        self._last: tuple[GraphDef, tuple[type, ...], _Entry] | None = None
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
@@ -645,11 +649,16 @@ class _FilterJit:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         leaves, graphdef = graph_flatten(args, kwargs, namespace=self._namespace)
         types = tuple(map(type, leaves))
-        entry = self._entries.get((graphdef, types))
-        if entry is None:
-            entry = self._entries[(graphdef, types)] = _Entry(
-                graphdef, [_is_array_type(ty) for ty in types], self._donate
-            )
+        last = self._last
+        if last is not None and last[1] == types and last[0] == graphdef:
+            entry = last[2]
+        else:
+            entry = self._entries.get((graphdef, types))
+            if entry is None:
+                entry = self._entries[(graphdef, types)] = _Entry(
+                    graphdef, [_is_array_type(ty) for ty in types], self._donate
+                )
+            self._last = (graphdef, types, entry)
         statics = entry.statics_of(leaves)
         arrays = entry.arrays_of(leaves)
         if len(set(map(id, arrays))) != len(arrays):
@@ -829,7 +838,10 @@ def filter_value_and_grad(
 
     ``grads`` has the structure of the first argument (shared objects and cycles kept), with
     the gradient at each differentiated leaf and None at every other. With ``has_aux``, ``fn``
-    returns ``(value, aux)`` and the result is ``((value, aux), grads)``.
+    returns ``(value, aux)`` and the result is ``((value, aux), grads)``. ``fn`` works on a
+    copy of the first argument; what it changes there (running statistics, a counter) is
+    written back to the caller's objects as values, never differentiated (see
+    :func:`filter_jit`).
 
     >>> import jax.numpy as jnp
     >>> loss = lambda p, x: jnp.sum(p['w'] * x) + p['n']
@@ -860,6 +872,12 @@ def filter_value_and_grad(
             )
             changed = [jax.lax.stop_gradient(c) for c in changed]
             if has_aux:
+                if not (isinstance(out, tuple | list) and len(out) == 2):
+                    raise TypeError(
+                        f"{name} with has_aux=True expects fn to return a pair (value, aux), "
+                        f"got {type(out).__name__}"
+                        + (f" of length {len(out)}" if isinstance(out, tuple | list) else "")
+                    )
                 return out[0], (out[1], changes, changed)
             return out, (None, changes, changed)
 
