@@ -33,6 +33,7 @@ import os
 import pickle
 import pickletools
 import random
+import sys
 import traceback
 from collections import OrderedDict, defaultdict, deque
 from collections.abc import Callable
@@ -73,7 +74,16 @@ from nodes import (
 
 # OXTREE_FUZZ_NO_JAX=1 skips the comparisons with jax (valgrind runs: XLA is slow there).
 NO_JAX = bool(os.environ.get("OXTREE_FUZZ_NO_JAX"))
-ALLOWED = (TypeError, ValueError, KeyError, IndexError, RecursionError, RuntimeError, FuzzError)
+ALLOWED = (
+    TypeError,
+    ValueError,
+    KeyError,
+    IndexError,
+    RecursionError,
+    RuntimeError,
+    MemoryError,  # a result sized by the input that cannot be allocated
+    FuzzError,
+)
 
 # --------------------------------------------------------------------------------------------------
 # Pools.
@@ -495,6 +505,7 @@ class Case:
 # (cumulative probability, kind): the first draw of a case picks its kind.
 KIND_ODDS = [
     (0.0006, "big"),
+    (0.02, "attack"),
     (0.50, "tree"),
     (0.72, "hostile"),
     (0.78, "pickle"),
@@ -657,6 +668,19 @@ def op_pickle(case: Case, tree, pred, opts, spec, ref_spec, leaves) -> None:
     case.check("copy", None if copy.deepcopy(spec) == spec else "deepcopy differs")
 
 
+# What a reader of these treedefs' JSON passes to `treespec_from_json`: every namedtuple class
+# and default factory the fuzz trees use (the loader imports nothing by name).
+JSON_ALLOW: dict[str, Any] = {
+    "types": [
+        v
+        for v in vars(__import__("nodes")).values()
+        if isinstance(v, type) and issubclass(v, tuple) and hasattr(v, "_fields")
+    ]
+    + list(STRUCTSEQS),
+    "factories": [f for f in FACTORIES if f is not None],
+}
+
+
 def op_json(case: Case, tree, pred, opts, spec, ref_spec, leaves) -> None:
     ok, doc = case.call("treespec_to_json", oxtree.treespec_to_json, spec)
     if not ok:
@@ -667,7 +691,7 @@ def op_json(case: Case, tree, pred, opts, spec, ref_spec, leaves) -> None:
             case.record("wrong-result", "treespec_to_json", f"refused: {doc!r:.300}")
         return
     text = json.dumps(doc)
-    ok, loaded = case.call("treespec_from_json", oxtree.treespec_from_json, text)
+    ok, loaded = case.call("treespec_from_json", oxtree.treespec_from_json, text, **JSON_ALLOW)
     case.check("treespec_from_json", None if ok else repr(loaded))
     if keys_of_types(tree, JSON_KEY_TYPES):
         case.check("json round trip", None if loaded == spec else f"{loaded!r} != {spec!r}")
@@ -1253,7 +1277,18 @@ def check_state(case: Case) -> None:
             exercise(case, loaded, "mutated state")
 
 
-SAFE_TYPE_NAMES = [
+TYPE_NAMES = [
+    # Names a hostile document might use: loading must neither import nor call them.
+    "os:abort",
+    "os:_exit",
+    "os:getpid",
+    "builtins:exit",
+    "builtins:breakpoint",
+    "this:s",
+    "antigravity:geohash",
+    "faulthandler:_sigsegv",
+    "ctypes:string_at",
+    "nodes:poke",
     "nodes:Pt",
     "nodes:Tri",
     "nodes:Empty",
@@ -1276,7 +1311,6 @@ SAFE_TYPE_NAMES = [
     ":",
     "",
 ]
-SAFE_MODULES = {"nodes", "collections", "builtins", "time", "os", "no_such_module_xyz", "a", ""}
 JSON_VALUES: list[Any] = [
     None,
     0,
@@ -1336,27 +1370,8 @@ def mutate_json(rng: random.Random, doc: Any, depth: int = 0) -> Any:
             out[key] = mutate_json(rng, doc[key], depth + 1)
         return out
     if isinstance(doc, str) and ":" in doc and rng.random() < 0.7:
-        return rng.choice(SAFE_TYPE_NAMES)
-    return rng.choice([*JSON_VALUES, rng.choice(SAFE_TYPE_NAMES)])
-
-
-def json_text_is_safe(text: str) -> bool:
-    """Whether every importable-looking name in the text names one of the safe modules."""
-    try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError):
-        return True  # rejected before any import
-    stack = [doc]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str) and ":" in item and item.split(":")[0] not in SAFE_MODULES:
-            return False
-        if isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-    return True
+        return rng.choice(TYPE_NAMES)
+    return rng.choice([*JSON_VALUES, rng.choice(TYPE_NAMES)])
 
 
 def check_json(case: Case) -> None:
@@ -1374,10 +1389,12 @@ def check_json(case: Case) -> None:
         arg = doc if rng.random() < 0.5 else json.dumps(doc)
     else:
         text = mutate_bytes(rng, json.dumps(doc).encode())
-        if not json_text_is_safe(text.decode("utf-8", "replace")):
-            return
         arg = text if rng.random() < 0.5 else text.decode("utf-8", "replace")
-    ok, loaded = case.call("treespec_from_json(mutated)", oxtree.treespec_from_json, arg)
+    allow = JSON_ALLOW if rng.random() < 0.8 else {}
+    modules = len(sys.modules)
+    ok, loaded = case.call("treespec_from_json(mutated)", oxtree.treespec_from_json, arg, **allow)
+    if len(sys.modules) != modules:
+        case.record("ran-code", "treespec_from_json(mutated)", f"imported a module: {arg!r:.300}")
     if ok:
         exercise(case, loaded, "mutated json")
     elif not isinstance(loaded, ValueError):
@@ -1588,6 +1605,178 @@ def check_big(case: Case) -> None:
     gc.collect()
 
 
+# --------------------------------------------------------------------------------------------------
+# Attacks: hostile JSON documents, pickles of re-registered types, compositions too large to
+# allocate, impossible constructor arguments.
+
+HOSTILE_NAMES = ["os:abort", "os:_exit", "os:getpid", "builtins:exit", "this:s", "nodes:poke"]
+_ATTACK_NS = "fuzz-attack"
+
+
+def attack_json(case: Case) -> None:
+    """Every name in a document replaced by a hostile one: ValueError, nothing imported."""
+    _tree, spec = random_spec(case)
+    try:
+        doc = oxtree.treespec_to_json(spec)
+    except ValueError:
+        return
+    name = case.rng.choice(HOSTILE_NAMES)
+    extra = case.rng.choice(
+        [
+            ["defaultdict", 0, [], None, name],
+            ["namedtuple", 0, name],
+            ["structsequence", 0, name],
+        ]
+    )
+    nodes = [
+        [*n[:-1], name] if n[0] in ("defaultdict", "namedtuple", "structsequence") else n
+        for n in doc["nodes"]
+    ]
+    doc = {**doc, "nodes": [extra, *nodes[:-1], [*nodes[-1][:1], nodes[-1][1] + 1, *nodes[-1][2:]]]}
+    modules = len(sys.modules)
+    ok, out = case.call("treespec_from_json(hostile)", oxtree.treespec_from_json, doc, **JSON_ALLOW)
+    if len(sys.modules) != modules:
+        case.record("ran-code", "treespec_from_json(hostile)", f"imported a module for {name}")
+    if ok:
+        case.record("wrong-result", "treespec_from_json(hostile)", f"{name} loaded: {out!r:.200}")
+
+
+def _fresh_class(rng: random.Random) -> type:
+    name = "FreshNode"  # one name, bound to the newest: the treedefs made from it pickle
+    cls = type(name, (), {"__init__": _fresh_init, "__eq__": _fresh_eq, "__module__": __name__})
+    cls.__hash__ = lambda self: hash(tuple(vars(self).items()))  # type: ignore[method-assign]
+    globals()[name] = cls
+    return cls
+
+
+def _fresh_init(self: Any, **fields: Any) -> None:
+    vars(self).update(fields)
+
+
+def _fresh_eq(self: Any, other: Any) -> bool:
+    return type(other) is type(self) and vars(other) == vars(self)
+
+
+def _register(cls: type, rule: tuple[str, int, int], namespace: str) -> None:
+    """Registers `cls` as a dataclass of `rule`'s data and meta field counts, or as static."""
+    kind, data, meta = rule
+    if kind == "static":
+        oxtree.register_static(cls, namespace=namespace)
+        return
+    names = [f"f{i}" for i in range(data + meta)]
+    oxtree.register_dataclass(
+        cls,
+        data_fields=names[:data],
+        meta_fields=names[data:],
+        init_on_unflatten=False,
+        namespace=namespace,
+    )
+
+
+def attack_reregistered(case: Case) -> None:
+    """A pickle made under one registration, loaded under another: ValueError, or a treedef
+    that flattens back to itself."""
+    rng = case.rng
+    rules = [("static", 0, 0)] + [("dataclass", d, m) for d in range(3) for m in range(2)]
+    first, second = rng.choice(rules), rng.choice(rules)
+    cls = _fresh_class(rng)
+    namespace = f"{_ATTACK_NS}-{case.index}"
+    _register(cls, first, namespace)
+    try:
+        fields = {f"f{i}": Opaque(str(i)) for i in range(first[1] + first[2])}
+        obj = cls(**fields)
+        spec = oxtree.tree_structure([obj, 1], namespace=namespace)
+        # The state a pickle holds (the class is not importable, so not the pickle itself).
+        rebuild, args = spec.__reduce__()[:2]
+        del spec
+    finally:
+        oxtree.unregister_pytree_node(cls, namespace=namespace)
+    _register(cls, second, namespace)
+    try:
+        ok, loaded = case.call("pickle.loads(re-registered)", rebuild, *args)
+        if ok:
+            exercise(case, loaded, "re-registered pickle")
+            leaves = [Opaque(str(i)) for i in range(loaded.num_leaves)]
+            ok, tree = case.call("unflatten(re-registered)", loaded.unflatten, leaves)
+            if ok:
+                ok, again = case.call(
+                    "re-flatten(re-registered)", oxtree.tree_structure, tree, namespace=namespace
+                )
+                if ok and again != loaded:
+                    case.record(
+                        "incoherent",
+                        "pickle.loads(re-registered)",
+                        f"{first} -> {second}: {loaded!r:.200} flattens back as {again!r:.200}",
+                    )
+        elif not isinstance(loaded, ValueError):
+            case.record("contract", "pickle.loads(re-registered)", repr(loaded))
+    finally:
+        oxtree.unregister_pytree_node(cls, namespace=namespace)
+
+
+def attack_compose(case: Case) -> None:
+    """Compositions whose size overflows or cannot be allocated: MemoryError, no abort."""
+    rng = case.rng
+    if rng.random() < 0.5:
+        spec = oxtree.tree_structure([0] * rng.choice([70_000, 200_000]))
+        ok, out = case.call("compose(huge)", spec.compose, spec)
+    else:
+        spec = oxtree.tree_structure(rng.choice([[0, 0], (0, 0, 0), {"a": 0, "b": [0, 0]}]))
+        ok, out = True, spec
+        for _ in range(8):
+            ok, out = case.call("compose(squared)", out.compose, out)
+            if not ok:
+                break
+    if ok or not isinstance(out, MemoryError):
+        case.record("contract", "compose(huge)", f"expected MemoryError, got {out!r:.200}")
+
+
+def attack_constructor(case: Case) -> None:
+    """JAX's constructor from random node data: ValueError, or a treedef that round-trips."""
+    rng = case.rng
+    leaf = oxtu.tree_structure(1)
+    arity = rng.randrange(4)
+    keys = [rng.choice(["a", "b", 1, True, 1.0]) for _ in range(rng.choice([arity, arity + 1]))]
+    node_data = rng.choice(
+        [
+            (type(None), None),
+            (tuple, None),
+            (list, None),
+            (dict, sorted(set(map(str, keys)))[:arity] if rng.random() < 0.5 else keys),
+            (OrderedDict, keys),
+            (defaultdict, (list, keys)),
+            (Pt, None),
+            (DC, (0,)),
+            (DC, (0, 1)),
+            (St, St(1)),
+            (St, 1),
+        ]
+    )
+    ok, spec = case.call(
+        "from_node_data_and_children",
+        oxtu.PyTreeDef.from_node_data_and_children,
+        None,
+        node_data,
+        [leaf] * arity,
+    )
+    if not ok:
+        return
+    leaves = [Opaque(str(i)) for i in range(spec.num_leaves)]
+    ok, tree = case.call("unflatten(constructed)", spec.unflatten, leaves)
+    if not ok:
+        case.record("incoherent", "unflatten(constructed)", f"{node_data!r:.200}: {tree!r:.200}")
+        return
+    ok, again = case.call("re-flatten(constructed)", oxtu.tree_flatten, tree)
+    if ok and (again[1] != spec or leaves_diff(again[0], leaves) is not None):
+        case.record(
+            "incoherent", "from_node_data_and_children", f"{node_data!r:.200}: {spec!r:.200}"
+        )
+
+
+def check_attack(case: Case) -> None:
+    case.rng.choice([attack_json, attack_reregistered, attack_compose, attack_constructor])(case)
+
+
 KINDS: dict[str, Callable[[Case], None]] = {
     "tree": check_tree,
     "hostile": check_hostile,
@@ -1596,4 +1785,5 @@ KINDS: dict[str, Callable[[Case], None]] = {
     "json": check_json,
     "graph": check_graph,
     "big": check_big,
+    "attack": check_attack,
 }

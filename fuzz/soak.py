@@ -110,7 +110,7 @@ def operations(tree: Any, plain: Any) -> dict[str, Callable[[], Any]]:
         "flatten_with_path": lambda: oxtree.tree_flatten_with_path(tree, **ns),
         "accessors": lambda: oxtree.tree_accessors(tree, **ns),
         "pickle_loads": lambda: pickle.loads(state),
-        "json_loads": lambda: oxtree.treespec_from_json(doc),
+        "json_loads": lambda: oxtree.treespec_from_json(doc, types=[Pair]),
         "graph_flatten": lambda: oxtree.graph_flatten(tree, tree, **ns),
         "graph_unflatten": lambda: oxtree.graph_unflatten(gd, g_leaves),
         "jax_flatten": lambda: oxtree.tree_util.tree_flatten(plain),

@@ -114,12 +114,28 @@ def _struct_sequences() -> list[type]:
     return found
 
 
-def _allow_list(given: Any, builtin: Any, what: str) -> dict[str, Any]:
+# The builtin allow-lists, made on first use (the struct sequences' again when a module that
+# defines some is loaded later).
+_BUILTIN_TABLES: dict[Any, dict[str, Any]] = {}
+
+
+def _builtin_table(what: str) -> dict[str, Any]:
+    key = (what, "time" in sys.modules)
+    table = _BUILTIN_TABLES.get(key)
+    if table is None:
+        objs = _struct_sequences() if what == "types" else _FACTORIES
+        table = {name: obj for obj in objs if (name := _name_of(obj)) is not None}
+        _BUILTIN_TABLES[key] = table
+    return table
+
+
+def _allow_list(given: Any, what: str) -> dict[str, Any]:
     """Name -> object for the builtin entries and the caller's (a mapping of names to
     objects, or objects named by their ``module:qualname``)."""
-    out = {name: obj for obj in builtin if (name := _name_of(obj)) is not None}
+    builtin = _builtin_table(what)
     if given is None:
-        return out
+        return builtin
+    out = dict(builtin)
     if isinstance(given, Mapping):
         items = list(given.items())
     elif isinstance(given, str | bytes) or not isinstance(given, Iterable):
@@ -210,8 +226,8 @@ def treespec_from_json(
     >>> treespec_from_json(treespec_to_json(oxtree.tree_structure((1, None))))
     PyTreeSpec((*, None))
     """
-    type_table = _allow_list(types, _struct_sequences(), "types")
-    factory_table = _allow_list(factories, _FACTORIES, "factories")
+    type_table = _allow_list(types, "types")
+    factory_table = _allow_list(factories, "factories")
     if isinstance(doc, str | bytes):
         import json  # here: importing it costs more than the rest of `import oxtree`
 
