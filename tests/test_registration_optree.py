@@ -470,3 +470,16 @@ def test_flatten_error_names_the_result() -> None:
     kind, text = _outcome(_flatten_returning(oxtree, 5, "NotIterable"))
     assert kind == "TypeError"
     assert "flatten function registered for NotIterable" in text
+
+
+def test_namedtuple_fields_changed_after_the_treespec_like_optree() -> None:
+    texts = {}
+    for name, mod in LIBS.items():
+        pt = namedtuple("pt", ("x", "y"))
+        spec = mod.tree_structure(pt(1, 2))
+        assert repr(spec) == "PyTreeSpec(pt(x=*, y=*))"
+        pt._fields = ("x", "y", "z")
+        with pytest.raises(ValueError, match="does not match the arity") as info:
+            repr(spec)
+        texts[name] = str(info.value)
+    assert texts["oxtree"] == texts["optree"]
