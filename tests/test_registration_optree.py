@@ -11,6 +11,7 @@ import pickle
 import re
 import sys
 import time
+import warnings
 from collections import OrderedDict, defaultdict, deque, namedtuple
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -470,3 +471,58 @@ def test_flatten_error_names_the_result() -> None:
     kind, text = _outcome(_flatten_returning(oxtree, 5, "NotIterable"))
     assert kind == "TypeError"
     assert "flatten function registered for NotIterable" in text
+
+
+def test_namedtuple_fields_changed_after_the_treespec_like_optree() -> None:
+    texts = {}
+    for name, mod in LIBS.items():
+        pt = namedtuple("pt", ("x", "y"))
+        spec = mod.tree_structure(pt(1, 2))
+        assert repr(spec) == "PyTreeSpec(pt(x=*, y=*))"
+        pt._fields = ("x", "y", "z")
+        with pytest.raises(ValueError, match="does not match the arity") as info:
+            repr(spec)
+        texts[name] = str(info.value)
+    assert texts["oxtree"] == texts["optree"]
+
+
+@pytest.mark.parametrize("kind", ["namedtuple", "structseq"])
+def test_overriding_a_namedtuple_in_a_namespace_warns_like_optree(kind: str) -> None:
+    messages = {}
+    for name, mod in LIBS.items():
+        cls = namedtuple("over", "a b") if kind == "namedtuple" else time.struct_time
+        flat = (lambda t: (tuple(t), None), lambda m, c: None)
+        with pytest.warns(UserWarning, match="which is already registered") as caught:
+            mod.register_pytree_node(cls, *flat, namespace=NS)
+        try:
+            messages[name] = [str(w.message) for w in caught]
+        finally:
+            mod.unregister_pytree_node(cls, namespace=NS)
+    assert messages["oxtree"] == messages["optree"]
+    assert (
+        "Override it with custom flatten/unflatten functions in namespace" in messages["oxtree"][0]
+    )
+
+
+def test_override_warning_as_error_leaves_no_registration() -> None:
+    over = namedtuple("over", "a b")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(
+            UserWarning, match=re.escape("is a subclass of `collections.namedtuple`")
+        ):
+            oxtree.register_pytree_node(over, lambda t: ((), None), lambda m, c: None, namespace=NS)
+    assert over not in oxtree.registered_types(namespace=NS)
+    assert oxtree.tree_leaves(over(1, 2), namespace=NS) == [1, 2]
+
+
+def test_registering_a_namedtuple_globally_does_not_warn() -> None:
+    # The JAX face registers in the global namespace, where JAX does not warn.
+    over = namedtuple("over", "a b")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        otu.register_pytree_node(over, lambda t: ((t.a,), t.b), lambda b, c: over(c[0], b))
+    try:
+        assert otu.tree_leaves(over(1, 2)) == [1]
+    finally:
+        oxtree.unregister_pytree_node(over)

@@ -304,10 +304,42 @@ fn insert(cls: &Bound<'_, PyType>, rule: Rule, namespace: &Bound<'_, PyAny>) -> 
         table.insert(key, reg);
         Ok(())
     })?;
+    if !namespace.is_empty() {
+        if let Err(e) = warn_override(cls, namespace) {
+            // Warnings turned into errors: the registration is undone, as optree undoes it.
+            let undone = update(|r| Ok(r.table(namespace).remove(&key)))?;
+            drop(undone);
+            return Err(e);
+        }
+    }
     if let Some(retired) = RETIRED.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
         retired.remove(&(namespace.to_owned(), key));
     }
     Ok(())
+}
+
+/// optree's UserWarning when a namespace gets its own rules for a namedtuple or struct
+/// sequence class, which every namespace already treats as a node. (Only for namespaces:
+/// JAX's face registers in the global one, and JAX does not warn.)
+fn warn_override(cls: &Bound<'_, PyType>, namespace: &str) -> PyResult<()> {
+    let what = if types::is_structseq_class(cls) {
+        "is a class of `PyStructSequence`, "
+    } else if types::is_namedtuple_class(cls) {
+        "is a subclass of `collections.namedtuple`, "
+    } else {
+        return Ok(());
+    };
+    let py = cls.py();
+    let message = format!(
+        "PyTree type {} {what}which is already registered in the global namespace. Override it \
+         with custom flatten/unflatten functions in namespace {}.",
+        cls.repr()?,
+        PyString::new(py, namespace).repr()?
+    );
+    let category = py.get_type::<pyo3::exceptions::PyUserWarning>();
+    let message =
+        std::ffi::CString::new(message).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    PyErr::warn(py, category.as_any(), &message, 1)
 }
 
 fn check_callable(f: &Bound<'_, PyAny>, what: &str) -> PyResult<()> {
