@@ -121,7 +121,9 @@ def main() -> int:
     parser.add_argument(
         "--label", action="store_true", help="name the jax and Python versions in the last line"
     )
-    parser.add_argument("--verbose", action="store_true", help="also list tests that pass")
+    parser.add_argument(
+        "--verbose", action="store_true", help="also list the passing and the unscored tests"
+    )
     args = parser.parse_args()
 
     source = read_test_file(args.snapshot, args.ref)
@@ -150,6 +152,9 @@ def main() -> int:
     if args.verbose:
         for name in passed:
             print(f"pass {name}")
+        for name, r in sorted(on_jax.items()):
+            if r["outcome"] != "passed":
+                print(f"not scored {name}: {r['outcome']} on jax: {r['why'][:160]}")
     names = check_public_names()
     for problem in names:
         print(f"NAME {problem}")
