@@ -126,8 +126,10 @@ clean:
 test-matrix:
 	MATRIX_SKIP_VENV=1 tools/matrix.sh test
 
-# The ops with targets against jax (benchmarks/bench_versions.py), oxtree and jax only.
-BENCH_MATRIX_ARGS ?= --libs oxtree,jax --ops flatten,unflatten,leaves,structure,map1,map2
+# The ops with targets against jax (benchmarks/bench_versions.py), oxtree and jax only; the
+# best of 21 short repeats, steadier than medians on a shared machine.
+BENCH_MATRIX_ARGS ?= --libs oxtree,jax --ops flatten,unflatten,leaves,structure,map1,map2 \
+	--stat best --repeats 21 --target-ms 3
 bench-matrix:
 	BENCH_ARGS="$(BENCH_MATRIX_ARGS)" tools/matrix.sh bench
 

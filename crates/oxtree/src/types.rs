@@ -133,7 +133,16 @@ fn version_tag(ty: &Bound<'_, PyAny>) -> Option<u32> {
     let raw: *mut ffi::PyTypeObject = ty.as_ptr().cast();
     // SAFETY: a live type object; these two fields are plain data.
     let (flags, tag) = unsafe { ((*raw).tp_flags, (*raw).tp_version_tag) };
-    (flags & ffi::Py_TPFLAGS_VALID_VERSION_TAG != 0 && tag != 0).then_some(tag)
+    // Up to 3.12 a modified type loses Py_TPFLAGS_VALID_VERSION_TAG (3.11 keeps the old
+    // tag); from 3.13 the flag is never set and a modified type's tag is 0. Without this
+    // gate no type had a tag on 3.13, and every cache keyed by it missed (namedtuple
+    // unflatten 16x slower).
+    let valid = if cfg!(Py_3_13) {
+        true
+    } else {
+        flags & ffi::Py_TPFLAGS_VALID_VERSION_TAG != 0
+    };
+    (valid && tag != 0).then_some(tag)
 }
 
 /// Classifies a strict subclass of tuple: a namedtuple, a struct sequence, or a leaf.
