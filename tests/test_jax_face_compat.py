@@ -188,17 +188,26 @@ def test_optree_entries_still_flatten_in_the_jax_face() -> None:
 
 
 def test_bad_flatten_result_in_the_main_face_keeps_its_message() -> None:
+    """The main face speaks optree's words for a bad flatten result, not JAX's."""
+    import optree
+
     import oxtree
 
     class Bad:
         pass
 
     oxtree.register_pytree_node(Bad, lambda o: "hello", lambda aux, c: Bad())
+    optree.register_pytree_node(Bad, lambda o: "hello", lambda aux, c: Bad(), namespace="bad")
     try:
-        with pytest.raises(TypeError, match="flatten function registered for Bad"):
+        with pytest.raises(RuntimeError) as peer:
+            optree.tree_flatten(Bad(), namespace="bad")
+        with pytest.raises(RuntimeError) as ours:
             oxtree.tree_flatten(Bad())
+        assert str(ours.value).startswith(str(peer.value))
+        assert "to_iterable" not in str(ours.value)
     finally:
         oxtree.unregister_pytree_node(Bad)
+        optree.unregister_pytree_node(Bad, namespace="bad")
 
 
 # ------------------------------------------------------------------------------------------
