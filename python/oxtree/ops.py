@@ -35,6 +35,9 @@ from oxtree._core import (
 )
 from oxtree.accessors import tree_map_with_accessor
 
+#: The dict types that are builtin node kinds (optree's name).
+STANDARD_DICT_TYPES: frozenset[type] = frozenset({dict, OrderedDict, defaultdict})
+
 __all__ = [
     # Prefix trees and broadcasting.
     "tree_broadcast_prefix",
@@ -43,11 +46,13 @@ __all__ = [
     "broadcast_common",
     "tree_broadcast_map",
     "tree_broadcast_map_with_path",
+    "tree_broadcast_map_with_accessor",
     "prefix_errors",
     # Transposition.
     "tree_transpose",
     "tree_transpose_map",
     "tree_transpose_map_with_path",
+    "tree_transpose_map_with_accessor",
     # Reductions.
     "tree_reduce",
     "tree_reduce_associative",
@@ -446,12 +451,7 @@ def tree_broadcast_map(
     >>> tree_broadcast_map(lambda x, y: x + y, (1, {'a': 2}), ([10, 20], 30))
     ([11, 21], {'a': 32})
     """
-    values, index_trees = _broadcast_index_trees((tree, *rests), is_leaf, none_is_leaf, namespace)
-
-    def call(*indices: int) -> Any:
-        return func(*(leaves[i] for leaves, i in zip(values, indices, strict=True)))
-
-    return tree_map(call, *index_trees, none_is_leaf=none_is_leaf, namespace=namespace)
+    return _broadcast_map(tree_map, func, (tree, *rests), 0, is_leaf, none_is_leaf, namespace)
 
 
 def tree_broadcast_map_with_path(
@@ -469,12 +469,49 @@ def tree_broadcast_map_with_path(
     >>> tree_broadcast_map_with_path(lambda p, x, y: (p, x + y), {'a': 1}, {'a': [2, 3]})
     {'a': [(('a', 0), 3), (('a', 1), 4)]}
     """
-    values, index_trees = _broadcast_index_trees((tree, *rests), is_leaf, none_is_leaf, namespace)
+    trees = (tree, *rests)
+    return _broadcast_map(tree_map_with_path, func, trees, 1, is_leaf, none_is_leaf, namespace)
 
-    def call(path: tuple[Any, ...], *indices: int) -> Any:
-        return func(path, *(leaves[i] for leaves, i in zip(values, indices, strict=True)))
 
-    return tree_map_with_path(call, *index_trees, none_is_leaf=none_is_leaf, namespace=namespace)
+def _broadcast_map(
+    mapper: Callable[..., Any],
+    func: Callable[..., Any],
+    trees: tuple[Any, ...],
+    leading: int,
+    is_leaf: Callable[[Any], bool] | None,
+    none_is_leaf: bool,
+    namespace: str,
+) -> Any:
+    """`mapper` (tree_map or a variant that passes `leading` extra arguments first: a path, an
+    accessor) of `func` over `trees` broadcast to their common suffix structure."""
+    values, index_trees = _broadcast_index_trees(trees, is_leaf, none_is_leaf, namespace)
+
+    def call(*args: Any) -> Any:
+        indices = args[leading:]
+        leaves = (column[i] for column, i in zip(values, indices, strict=True))
+        return func(*args[:leading], *leaves)
+
+    return mapper(call, *index_trees, none_is_leaf=none_is_leaf, namespace=namespace)
+
+
+def tree_broadcast_map_with_accessor(
+    func: Callable[..., Any],
+    tree: Any,
+    /,
+    *rests: Any,
+    is_leaf: Callable[[Any], bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Any:
+    """:func:`tree_broadcast_map` with the accessor of each leaf (in the common structure) as
+    ``func``'s first argument.
+
+    >>> tree_broadcast_map_with_accessor(lambda a, x, y: (a.codify('t'), x + y), {'a': 1},
+    ...                                  {'a': [2, 3]})
+    {'a': [("t['a'][0]", 3), ("t['a'][1]", 4)]}
+    """
+    trees = (tree, *rests)
+    return _broadcast_map(tree_map_with_accessor, func, trees, 1, is_leaf, none_is_leaf, namespace)
 
 
 def _shorten(obj: Any, limit: int = 200) -> str:
@@ -664,12 +701,8 @@ def tree_transpose_map(
     >>> tree_transpose_map(lambda x: {'id': x, 'sq': x * x}, [1, (2, 3)])
     {'id': [1, (2, 3)], 'sq': [1, (4, 9)]}
     """
-    outer = tree_structure(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
-    mapped = tree_map(
-        func, tree, *rests, is_leaf=is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
-    )
-    outputs = outer.flatten_up_to(mapped)
-    return _transpose_outputs(outer, outputs, inner_treespec, is_leaf, none_is_leaf, namespace)
+    trees = (tree, *rests)
+    return _transpose_map(tree_map, func, trees, inner_treespec, is_leaf, none_is_leaf, namespace)
 
 
 def tree_transpose_map_with_path(
@@ -688,12 +721,49 @@ def tree_transpose_map_with_path(
     ...                              inner_treespec=tree_structure({'path': 0, 'x': 0}))
     {'path': {'a': ('a',), 'b': ('b',)}, 'x': {'a': 1, 'b': 2}}
     """
-    outer = tree_structure(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
-    mapped = tree_map_with_path(
-        func, tree, *rests, is_leaf=is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+    trees = (tree, *rests)
+    return _transpose_map(
+        tree_map_with_path, func, trees, inner_treespec, is_leaf, none_is_leaf, namespace
     )
+
+
+def _transpose_map(
+    mapper: Callable[..., Any],
+    func: Callable[..., Any],
+    trees: tuple[Any, ...],
+    inner_treespec: PyTreeSpec | None,
+    is_leaf: Callable[[Any], bool] | None,
+    none_is_leaf: bool,
+    namespace: str,
+) -> Any:
+    """`mapper` (tree_map or a variant) of `func` over `trees`, outputs transposed."""
+    outer = tree_structure(trees[0], is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
+    mapped = mapper(func, *trees, is_leaf=is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
     outputs = outer.flatten_up_to(mapped)
     return _transpose_outputs(outer, outputs, inner_treespec, is_leaf, none_is_leaf, namespace)
+
+
+def tree_transpose_map_with_accessor(
+    func: Callable[..., Any],
+    tree: Any,
+    /,
+    *rests: Any,
+    inner_treespec: PyTreeSpec | None = None,
+    is_leaf: Callable[[Any], bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Any:
+    """:func:`tree_transpose_map` with each leaf's accessor as ``func``'s first argument.
+
+    >>> tree_transpose_map_with_accessor(
+    ...     lambda a, x: {'code': a.codify('t'), 'x': x}, {'a': 1, 'b': 2},
+    ...     inner_treespec=tree_structure({'code': 0, 'x': 0}))
+    {'code': {'a': "t['a']", 'b': "t['b']"}, 'x': {'a': 1, 'b': 2}}
+    """
+    trees = (tree, *rests)
+    return _transpose_map(
+        tree_map_with_accessor, func, trees, inner_treespec, is_leaf, none_is_leaf, namespace
+    )
 
 
 # --------------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ __all__ = [
     "treespec_entries",
     "treespec_entry",
     "treespec_from_collection",
+    "treespec_frozendict",
     "treespec_is_leaf",
     "treespec_is_one_level",
     "treespec_is_prefix",
@@ -188,6 +189,27 @@ def treespec_ordereddict(
     """
     items = _mapping_items(mapping, kwargs)
     return _dict_like(collections.OrderedDict, items, none_is_leaf, namespace)
+
+
+def treespec_frozendict(
+    mapping: Mapping[Any, PyTreeSpec] | Iterable[tuple[Any, PyTreeSpec]] = (),
+    /,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+    **kwargs: PyTreeSpec,
+) -> PyTreeSpec:
+    """A ``frozendict`` node of the given treespecs: optree offers it on Python 3.15+, whose
+    builtin ``frozendict`` oxtree does not support yet, so it raises ``RuntimeError``.
+
+    >>> treespec_frozendict()
+    Traceback (most recent call last):
+    ...
+    RuntimeError: `optree.treespec_frozendict` requires Python 3.15+ with `frozendict` support.
+    """
+    raise RuntimeError(
+        "`optree.treespec_frozendict` requires Python 3.15+ with `frozendict` support."
+    )
 
 
 def treespec_defaultdict(
