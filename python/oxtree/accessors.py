@@ -314,8 +314,7 @@ class FlattenedEntry(PyTreeEntry):
                 return children[i]
         raise KeyError(f"{self.entry!r} is not an entry of {type(obj).__name__} {entries!r}")
 
-    def codify(self, node: str = "") -> str:
-        return f"{node}[<flat index {self.entry!r}>]"
+    # codify: the base class's `[<flat index i>]`, which is no Python source (optree's too).
 
 
 class AutoEntry(PyTreeEntry):

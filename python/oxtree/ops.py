@@ -1031,6 +1031,20 @@ class FlattenOneLevelOutput(NamedTuple):
     unflatten_func: Callable[[Any, list[Any]], Any]
 
 
+class FlattenOneLevelOutputEx(FlattenOneLevelOutput):
+    """:class:`FlattenOneLevelOutput` with the node's ``type``, ``kind`` and
+    ``path_entry_type`` as attributes (what optree's :func:`tree_flatten_one_level` returns).
+
+    >>> out = tree_flatten_one_level({'a': 1})
+    >>> out.type, out.kind, out.path_entry_type.__name__
+    (<class 'dict'>, <PyTreeKind.DICT: 5>, 'MappingEntry')
+    """
+
+    type: Any
+    kind: PyTreeKind
+    path_entry_type: Any
+
+
 class _DictKeys(list):  # type: ignore[type-arg]
     """A dict node's metadata: its keys in flattening (sorted) order, remembering the order the
     dict was built in so that unflattening restores it."""
@@ -1159,7 +1173,14 @@ def tree_flatten_one_level(
         factory, keys = metadata
         metadata = (factory, _DictKeys(list(keys), list(tree)))
     unflatten = _UNFLATTEN_BY_KIND.get(kind) or _custom_unflatten(node)
-    return FlattenOneLevelOutput(children, metadata, tuple(spec.entries()), unflatten)
+    out = FlattenOneLevelOutputEx(children, metadata, tuple(spec.entries()), unflatten)
+    out.type = spec.type
+    out.kind = PyTreeKind(kind)
+    from oxtree.registry import register_pytree_node
+
+    entry = register_pytree_node.get(spec.type, namespace=namespace)  # type: ignore[attr-defined]
+    out.path_entry_type = entry.path_entry_type
+    return out
 
 
 def tree_replace_nones(sentinel: Any, tree: Any, /, namespace: str = "") -> Any:
@@ -1217,3 +1238,37 @@ def tree_map_with_accessor_(
         func, tree, *rests, is_leaf=is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
     )
     return tree
+
+
+# optree.ops also holds the core functions, the treespec constructors and the accessor
+# functions; they are served from the package (not imported here: that would be circular).
+_FROM_PACKAGE = frozenset(
+    {
+        "MAX_RECURSION_DEPTH",
+        "NONE_IS_LEAF",
+        "NONE_IS_NODE",
+        "all_leaves",
+        "tree_accessors",
+        "tree_flatten",
+        "tree_flatten_with_accessor",
+        "tree_flatten_with_path",
+        "tree_is_leaf",
+        "tree_iter",
+        "tree_leaves",
+        "tree_map",
+        "tree_map_",
+        "tree_map_with_path",
+        "tree_paths",
+        "tree_structure",
+        "tree_unflatten",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_PACKAGE or name.startswith("treespec_"):
+        import oxtree
+
+        if hasattr(oxtree, name):
+            return getattr(oxtree, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

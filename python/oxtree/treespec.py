@@ -305,7 +305,13 @@ def treespec_from_collection(
         collection, none_is_leaf=none_is_leaf, namespace=namespace
     )
     if shape.num_nodes == 1:
-        # A leaf (or None) is its own treespec (optree also warns here).
+        # A leaf (or None) is its own treespec; optree warns about a leaf.
+        if shape.is_leaf():
+            import warnings
+
+            warnings.warn(
+                "PyTreeSpec::MakeFromCollection() is called on a leaf.", UserWarning, stacklevel=2
+            )
         return shape
     for child in children:
         _check(child)
@@ -458,3 +464,35 @@ def treespec_is_suffix(
     (True, False)
     """
     return _arg(treespec).is_suffix(_arg(other_treespec), strict=strict)
+
+
+# optree.treespec's short names (`treespec.tuple`, ...), served by `__getattr__`: as module
+# globals they would shadow the builtins `tuple`, `list` and `dict` in this module's code.
+_SHORT_NAMES = {
+    name: f"treespec_{name}"
+    for name in [
+        "leaf",
+        "none",
+        "tuple",
+        "list",
+        "dict",
+        "namedtuple",
+        "ordereddict",
+        "defaultdict",
+        "deque",
+        "structseq",
+        "frozendict",
+        "from_collection",
+    ]
+}
+
+
+def __getattr__(name: str) -> Any:
+    long = _SHORT_NAMES.get(name)
+    if long is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return globals()[long]
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_SHORT_NAMES})

@@ -628,7 +628,8 @@ impl PyTreeSpec {
         let index = if index < 0 { index + n } else { index };
         if index < 0 || index >= n {
             return Err(TreeError::Index(format!(
-                "PyTreeSpec.child: index {index} out of range for a node with {n} children"
+                "PyTreeSpec::Child() index out of range. \
+                 (index {index}, a node with {n} children)"
             ))
             .into());
         }
@@ -696,7 +697,8 @@ impl PyTreeSpec {
         let i = if index < 0 { index + n } else { index };
         if i < 0 || i >= n {
             return Err(TreeError::Index(format!(
-                "PyTreeSpec.entry: index {index} out of range for a node with {n} children"
+                "PyTreeSpec::Entry() index out of range. \
+                 (index {index}, a node with {n} children)"
             ))
             .into());
         }
