@@ -85,6 +85,8 @@ class PyTreeKind(IntEnum):
     DEFAULTDICT = 8
     DEQUE = 9
     STRUCTSEQUENCE = 10
+    FROZENDICT = 11
+    NUM_KINDS = 12
 
 @final
 class PyTreeSpec:

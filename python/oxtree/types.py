@@ -114,3 +114,19 @@ def structseq_fields(obj: Any, /) -> tuple[str, ...]:
             raise TypeError(f"Expected a PyStructSequence type, got {obj!r}.")
         raise TypeError(f"Expected an instance of PyStructSequence type, got {obj!r}.")
     return tuple(_tuple_fields(cls))
+
+
+# optree keeps a C++ and a Python implementation of each predicate and exposes both; oxtree
+# has one (the core's), reachable under both names.
+for _f in (
+    is_namedtuple,
+    is_namedtuple_class,
+    is_namedtuple_instance,
+    namedtuple_fields,
+    is_structseq,
+    is_structseq_class,
+    is_structseq_instance,
+    structseq_fields,
+):
+    _f.__cxx_implementation__ = _f.__python_implementation__ = _f  # type: ignore[attr-defined]
+del _f
