@@ -34,6 +34,7 @@ from oxtree._core import (
     tree_structure,
 )
 from oxtree.accessors import tree_map_with_accessor
+from oxtree.registry import DictMetaData
 
 #: The dict types that are builtin node kinds (optree's name).
 STANDARD_DICT_TYPES: frozenset[type] = frozenset({dict, OrderedDict, defaultdict})
@@ -623,8 +624,8 @@ def tree_transpose(
     if inner_treespec is None:
         if outer_treespec.num_leaves == 0:
             raise ValueError(
-                "Tree structures must have at least one leaf: cannot infer the inner "
-                f"structure under an outer structure with no leaves, {outer_treespec}."
+                "Tree structures must have at least one leaf. Cannot infer the inner "
+                f"structure under an outer structure with no leaves: {outer_treespec}."
             )
         inner_treespec = tree_structure(
             outer_treespec.flatten_up_to(tree)[0],
@@ -637,7 +638,7 @@ def tree_transpose(
     outer_size, inner_size = outer_treespec.num_leaves, inner_treespec.num_leaves
     if outer_size == 0 or inner_size == 0:
         raise ValueError(
-            f"Tree structures must have at least one leaf; got outer {outer_treespec} "
+            f"Tree structures must have at least one leaf. Got outer {outer_treespec} "
             f"and inner {inner_treespec}."
         )
     leaves, spec = tree_flatten(
@@ -667,15 +668,15 @@ def _transpose_outputs(
     if inner_treespec is None:
         if not outputs:
             raise ValueError(
-                f"The outer structure must have at least one leaf to infer the inner structure "
-                f"from; got {outer}."
+                f"The outer structure must have at least one leaf. Got: {outer}. "
+                "(The inner structure is inferred from the first output.)"
             )
         inner_treespec = tree_structure(
             outputs[0], is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
         )
         if inner_treespec.num_leaves == 0:
             raise ValueError(
-                f"The inner structure must have at least one leaf; got {inner_treespec}."
+                f"The inner structure must have at least one leaf. Got: {inner_treespec}."
             )
     grouped = [inner_treespec.flatten_up_to(output) for output in outputs]
     columns = [[row[j] for row in grouped] for j in range(inner_treespec.num_leaves)]
@@ -1045,21 +1046,10 @@ class FlattenOneLevelOutputEx(FlattenOneLevelOutput):
     path_entry_type: Any
 
 
-class _DictKeys(list):  # type: ignore[type-arg]
-    """A dict node's metadata: its keys in flattening (sorted) order, remembering the order the
-    dict was built in so that unflattening restores it."""
-
-    __slots__ = ("original_order",)
-
-    def __init__(self, keys: list[Any], original_order: list[Any]) -> None:
-        super().__init__(keys)
-        self.original_order = original_order
-
-
 def _dict_from(keys: Any, children: list[Any]) -> dict[Any, Any]:
     mapping = dict(zip(keys, children, strict=True))
-    if isinstance(keys, _DictKeys) and set(keys.original_order) == set(mapping):
-        return {key: mapping[key] for key in keys.original_order}
+    if isinstance(keys, DictMetaData) and set(keys.original_keys) == set(mapping):
+        return {key: mapping[key] for key in keys.original_keys}
     return mapping
 
 
@@ -1168,10 +1158,10 @@ def tree_flatten_one_level(
     kind = spec.kind
     metadata = spec.node_data()
     if kind == PyTreeKind.DICT:
-        metadata = _DictKeys(list(metadata), list(tree))
+        metadata = DictMetaData(metadata, original_keys=tree)
     elif kind == PyTreeKind.DEFAULTDICT:
         factory, keys = metadata
-        metadata = (factory, _DictKeys(list(keys), list(tree)))
+        metadata = (factory, DictMetaData(keys, original_keys=tree))
     unflatten = _UNFLATTEN_BY_KIND.get(kind) or _custom_unflatten(node)
     out = FlattenOneLevelOutputEx(children, metadata, tuple(spec.entries()), unflatten)
     out.type = spec.type

@@ -399,39 +399,19 @@ class _StructSequence(tuple):  # type: ignore[type-arg]
     __slots__ = ()
 
 
-def _flatten_builtin(obj: Any, /) -> tuple[list[Any], Any, list[Any]]:
-    """``(children, node_data, entries)`` of a builtin node, read off its one-level treespec."""
-    children, spec = _core._flatten_one_level(obj)
-    return children, spec.node_data(), spec.entries()
+def _flatten_builtin(obj: Any, /) -> tuple[list[Any], Any, tuple[Any, ...]]:
+    """optree's ``flatten_func`` of a builtin node: ``(children, metadata, entries)``."""
+    from oxtree.ops import tree_flatten_one_level
+
+    out = tree_flatten_one_level(obj)
+    return out.children, out.metadata, out.entries
 
 
 def _unflatten_builtin(kind: Any) -> Callable[[Any, Any], Any]:
-    """optree's ``unflatten_func(node_data, children)`` of a builtin node kind."""
-    import collections
+    """optree's ``unflatten_func(metadata, children)`` of a builtin node kind."""
+    from oxtree.ops import _UNFLATTEN_BY_KIND
 
-    kinds = _core.PyTreeKind
-    makers: dict[Any, Callable[[Any, list[Any]], Any]] = {
-        kinds.NONE: lambda data, children: None,
-        kinds.TUPLE: lambda data, children: tuple(children),
-        kinds.LIST: lambda data, children: list(children),
-        kinds.DICT: lambda keys, children: dict(zip(keys, children, strict=True)),
-        kinds.NAMEDTUPLE: lambda cls, children: cls(*children),
-        kinds.ORDEREDDICT: lambda keys, children: collections.OrderedDict(
-            zip(keys, children, strict=True)
-        ),
-        kinds.DEFAULTDICT: lambda data, children: collections.defaultdict(
-            data[0], zip(data[1], children, strict=True)
-        ),
-        kinds.DEQUE: lambda maxlen, children: collections.deque(children, maxlen=maxlen),
-        kinds.STRUCTSEQUENCE: lambda cls, children: cls(children),
-    }
-    make = makers[kind]
-
-    def unflatten(node_data: Any, children: Any, /) -> Any:
-        return make(node_data, list(children))
-
-    unflatten.__qualname__ = unflatten.__name__ = f"_{kind.name.lower()}_unflatten"
-    return unflatten
+    return _UNFLATTEN_BY_KIND[kind]
 
 
 def _registry_get(
@@ -477,8 +457,9 @@ register_pytree_node.get = _registry_get  # type: ignore[attr-defined]
 
 
 class DictMetaData(list):  # type: ignore[type-arg]
-    """optree's record of a dict node's keys: a list of the keys in traversal order, with
-    ``original_keys`` (a dict from key to None) in the dict's insertion order.
+    """optree's record of a dict node's keys (``tree_flatten_one_level``'s metadata): a list
+    of the keys in traversal order, with ``original_keys`` (a dict from key to None) in the
+    dict's insertion order, which unflattening restores.
 
     >>> DictMetaData(['a', 'b'], original_keys=['b', 'a']).original_keys
     {'b': None, 'a': None}
