@@ -286,3 +286,28 @@ def test_treespec_child_and_entry_errors_speak_optree():
 def test_from_collection_warns_on_a_leaf():
     with pytest.warns(UserWarning, match=r"MakeFromCollection\(\) is called on a leaf"):
         assert oxtree.treespec_from_collection(1) == oxtree.treespec_leaf()
+
+
+def test_jax_tree_ravel_round_trips():
+    import jax.numpy as jnp
+    from oxtree.integrations import jax as ours
+
+    tree = {"a": jnp.ones(2, dtype=jnp.int32), "b": (jnp.float32(1.5),)}
+    flat, unravel = ours.tree_ravel(tree)
+    assert flat.shape == (3,)
+    assert flat.dtype == jnp.float32
+    back = unravel(flat)
+    assert back["a"].dtype == jnp.int32
+    assert back["b"][0] == 1.5
+    assert unravel == ours.tree_ravel(tree)[1]  # hashable: a static argument of jax.jit
+    with pytest.raises(ValueError, match=r"expected an array of shape \(3,\)"):
+        unravel(jnp.zeros(2))
+
+
+def test_treespec_namedtuple_needs_a_namedtuple():
+    with pytest.raises(
+        ValueError, match=r"^Expected a namedtuple of PyTreeSpec\(s\), got \(1,\)\."
+    ):
+        oxtree.treespec_namedtuple((1,))
+    with pytest.raises(ValueError, match=r"^Expected a PyStructSequence of PyTreeSpec\(s\)"):
+        oxtree.treespec_structseq((1,))

@@ -266,7 +266,7 @@ def treespec_namedtuple(
     PyTreeSpec(P(x=*, y=None))
     """
     if not is_namedtuple_instance(namedtuple):
-        raise ValueError(f"expected a namedtuple of PyTreeSpecs, got {namedtuple!r}")
+        raise ValueError(f"Expected a namedtuple of PyTreeSpec(s), got {namedtuple!r}.")
     children = list(namedtuple)
     shape = type(namedtuple)(*(_SLOT for _ in children))
     return _from_collection(shape, children, none_is_leaf, namespace)
@@ -283,7 +283,7 @@ def treespec_structseq(
     9
     """
     if not is_structseq_instance(structseq):
-        raise ValueError(f"expected a struct sequence of PyTreeSpecs, got {structseq!r}")
+        raise ValueError(f"Expected a PyStructSequence of PyTreeSpec(s), got {structseq!r}.")
     children = list(structseq)
     shape = type(structseq)([_SLOT for _ in children])
     return _from_collection(shape, children, none_is_leaf, namespace)

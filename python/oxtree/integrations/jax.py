@@ -11,7 +11,6 @@ from typing import Any
 
 import jax.numpy as jnp
 from jax import Array, lax
-from jax import dtypes as _dtypes
 
 from oxtree.integrations._ravel import ArrayOps
 from oxtree.integrations._ravel import tree_ravel as _tree_ravel
@@ -56,8 +55,8 @@ def _astype(array: Any, dtype: Any) -> Any:
 
 
 _OPS = ArrayOps(
-    dtype=_dtypes.dtype,
-    result_type=_dtypes.result_type,
+    dtype=jnp.result_type,
+    result_type=jnp.result_type,
     size=jnp.size,
     shape=jnp.shape,
     ravel=jnp.ravel,
