@@ -31,7 +31,6 @@ from oxtree._core import (
     SequenceKey,
     all_leaves,
     keystr,
-    register_pytree_node,
     register_static,
     registered_types,
     tree_flatten,
@@ -85,6 +84,7 @@ if TYPE_CHECKING:  # what the lazily loaded names are, for type checkers
         tree_any,
         tree_broadcast_common,
         tree_broadcast_map,
+        tree_broadcast_map_with_accessor,
         tree_broadcast_map_with_path,
         tree_broadcast_prefix,
         tree_combine,
@@ -100,9 +100,15 @@ if TYPE_CHECKING:  # what the lazily loaded names are, for type checkers
         tree_sum,
         tree_transpose,
         tree_transpose_map,
+        tree_transpose_map_with_accessor,
         tree_transpose_map_with_path,
     )
-    from oxtree.registry import register_dataclass, register_pytree_node_class
+    from oxtree.registry import (
+        dict_insertion_ordered,
+        register_dataclass,
+        register_pytree_node,
+        register_pytree_node_class,
+    )
     from oxtree.serialization import treespec_from_json, treespec_to_json
     from oxtree.treespec import (
         treespec_accessors,
@@ -114,6 +120,7 @@ if TYPE_CHECKING:  # what the lazily loaded names are, for type checkers
         treespec_entries,
         treespec_entry,
         treespec_from_collection,
+        treespec_frozendict,
         treespec_is_leaf,
         treespec_is_one_level,
         treespec_is_prefix,
@@ -130,6 +137,17 @@ if TYPE_CHECKING:  # what the lazily loaded names are, for type checkers
         treespec_transform,
         treespec_tuple,
     )
+    from oxtree.types import (
+        is_namedtuple,
+        is_namedtuple_class,
+        is_namedtuple_instance,
+        is_structseq,
+        is_structseq_class,
+        is_structseq_instance,
+        namedtuple_fields,
+        structseq_fields,
+    )
+    from oxtree.typing import CustomTreeNode, FlattenFunc, PyTree, PyTreeTypeVar, UnflattenFunc
 
 # The submodules, each loaded on first use of `oxtree.<submodule>` (or an import of it).
 _SUBMODULES = frozenset(
@@ -148,6 +166,10 @@ _SUBMODULES = frozenset(
         "tree_util",
         "treespec",
         "types",
+        "typing",
+        "utils",
+        "integrations",
+        "version",
     }
 )
 
@@ -172,16 +194,27 @@ _lazy(
     "ops",
     "FlattenOneLevelOutput broadcast_common broadcast_prefix prefix_errors tree_all tree_any "
     "tree_broadcast_common tree_broadcast_map tree_broadcast_map_with_path "
-    "tree_broadcast_prefix tree_combine tree_flatten_one_level tree_map_with_accessor_ "
+    "tree_broadcast_map_with_accessor tree_broadcast_prefix tree_combine tree_flatten_one_level tree_map_with_accessor_ "
     "tree_map_with_path_ tree_max tree_min tree_partition tree_reduce tree_reduce_associative "
-    "tree_replace_nones tree_sum tree_transpose tree_transpose_map tree_transpose_map_with_path",
+    "tree_replace_nones tree_sum tree_transpose tree_transpose_map tree_transpose_map_with_accessor "
+    "tree_transpose_map_with_path",
 )
-_lazy("registry", "register_dataclass register_pytree_node_class")
+_lazy(
+    "registry",
+    "dict_insertion_ordered register_dataclass register_pytree_node register_pytree_node_class",
+)
+_lazy(
+    "types",
+    "is_namedtuple is_namedtuple_class is_namedtuple_instance is_structseq is_structseq_class "
+    "is_structseq_instance namedtuple_fields structseq_fields",
+)
+_lazy("typing", "CustomTreeNode FlattenFunc PyTree PyTreeTypeVar UnflattenFunc")
 _lazy("serialization", "treespec_from_json treespec_to_json")
 _lazy(
     "treespec",
     "treespec_accessors treespec_child treespec_children treespec_defaultdict treespec_deque "
-    "treespec_dict treespec_entries treespec_entry treespec_from_collection treespec_is_leaf "
+    "treespec_dict treespec_entries treespec_entry treespec_from_collection treespec_frozendict "
+    "treespec_is_leaf "
     "treespec_is_one_level treespec_is_prefix treespec_is_strict_leaf treespec_is_suffix "
     "treespec_leaf treespec_list treespec_namedtuple treespec_none treespec_one_level "
     "treespec_ordereddict treespec_paths treespec_structseq treespec_transform treespec_tuple",
@@ -311,6 +344,23 @@ __all__ = [
     "tree_map_",
     "tree_structure",
     "tree_unflatten",
+    "dict_insertion_ordered",
+    "tree_broadcast_map_with_accessor",
+    "tree_transpose_map_with_accessor",
+    "treespec_frozendict",
+    "is_namedtuple",
+    "is_namedtuple_class",
+    "is_namedtuple_instance",
+    "is_structseq",
+    "is_structseq_class",
+    "is_structseq_instance",
+    "namedtuple_fields",
+    "structseq_fields",
+    "CustomTreeNode",
+    "FlattenFunc",
+    "PyTree",
+    "PyTreeTypeVar",
+    "UnflattenFunc",
 ]
 
 if not TYPE_CHECKING:  # hidden from type checkers, which would accept any attribute through it

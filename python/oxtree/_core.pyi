@@ -12,6 +12,18 @@ __all__ = [
     "NONE_IS_LEAF",
     "NONE_IS_NODE",
     "GLOBAL_NAMESPACE",
+    "OPTREE_HAS_FROZENDICT",
+    "OPTREE_HAS_SUBINTERPRETER_SUPPORT",
+    "PYBIND11_HAS_NATIVE_ENUM",
+    "PYBIND11_HAS_SUBINTERPRETER_SUPPORT",
+    "Py_DEBUG",
+    "Py_GIL_DISABLED",
+    "_registrations",
+    "_tuple_fields",
+    "_tuple_kind",
+    "get_registry_size",
+    "is_dict_insertion_ordered",
+    "set_dict_insertion_ordered",
     "PyTreeSpec",
     "PyTreeKind",
     "tree_flatten",
@@ -52,6 +64,12 @@ MAX_RECURSION_DEPTH: Final[int]
 NONE_IS_LEAF: Final[bool]
 NONE_IS_NODE: Final[bool]
 GLOBAL_NAMESPACE: Final[str]
+Py_DEBUG: Final[bool]
+Py_GIL_DISABLED: Final[bool]
+OPTREE_HAS_FROZENDICT: Final[bool]
+OPTREE_HAS_SUBINTERPRETER_SUPPORT: Final[bool]
+PYBIND11_HAS_NATIVE_ENUM: Final[bool]
+PYBIND11_HAS_SUBINTERPRETER_SUPPORT: Final[bool]
 
 class PyTreeKind(IntEnum):
     """The kind of a treespec's root node (optree's numbering)."""
@@ -67,6 +85,8 @@ class PyTreeKind(IntEnum):
     DEFAULTDICT = 8
     DEQUE = 9
     STRUCTSEQUENCE = 10
+    FROZENDICT = 11
+    NUM_KINDS = 12
 
 @final
 class PyTreeSpec:
@@ -208,6 +228,7 @@ def register_pytree_node(
     flatten_func: Callable[[Any], tuple[Any, ...]],
     unflatten_func: Callable[[Any, Any], Any],
     *,
+    path_entry_type: type | None = None,
     flatten_with_keys_func: Callable[[Any], tuple[Any, Any]] | None = None,
     namespace: str = "",
 ) -> type[_T]: ...
@@ -219,9 +240,18 @@ def _register_dataclass_fields(
     meta_fields: list[str],
     *,
     call_init: bool = True,
+    path_entry_type: type | None = None,
     namespace: str = "",
 ) -> type[_T]: ...
 def registered_types(*, namespace: str = "") -> list[type]: ...
+def get_registry_size(namespace: str | None = None) -> int: ...
+def _registrations() -> list[tuple[type, str, Any, Any, type | None]]: ...
+def is_dict_insertion_ordered(
+    namespace: str = "", inherit_global_namespace: bool = True
+) -> bool: ...
+def set_dict_insertion_ordered(mode: bool, /, namespace: str = "") -> None: ...
+def _tuple_kind(cls: object) -> PyTreeKind: ...
+def _tuple_fields(cls: type) -> list[str]: ...
 
 @final
 class SequenceKey:

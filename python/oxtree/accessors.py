@@ -76,13 +76,18 @@ class PyTreeEntry:
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable")
 
-    def __call__(self, obj: Any) -> Any:
-        """The child of ``obj`` this entry names."""
-        raise NotImplementedError
+    def __call__(self, obj: Any, /) -> Any:
+        """The child of ``obj`` this entry names (``obj[entry]`` unless a subclass says else)."""
+        try:
+            return obj[self.entry]
+        except TypeError as ex:
+            raise TypeError(
+                f"{self.__class__!r} cannot access through {obj!r} via entry {self.entry!r}"
+            ) from ex
 
-    def codify(self, node: str = "") -> str:
+    def codify(self, /, node: str = "") -> str:
         """Python source that reads this child from ``node``."""
-        raise NotImplementedError
+        return f"{node}[<flat index {self.entry!r}>]"
 
     def _fields(self) -> str:
         return f"entry={self.entry!r}, type={self.type!r}"
@@ -309,8 +314,7 @@ class FlattenedEntry(PyTreeEntry):
                 return children[i]
         raise KeyError(f"{self.entry!r} is not an entry of {type(obj).__name__} {entries!r}")
 
-    def codify(self, node: str = "") -> str:
-        return f"{node}[<flat index {self.entry!r}>]"
+    # codify: the base class's `[<flat index i>]`, which is no Python source (optree's too).
 
 
 class AutoEntry(PyTreeEntry):
@@ -445,11 +449,12 @@ def _from_steps(
         for step in path:
             entry = made.get(id(step))
             if entry is None:
-                cls = _entry_class(*step)
+                # A fourth item is the registration's own path_entry_type.
+                cls = step[3] if len(step) == 4 else _entry_class(*step)
                 if cls is FlattenedEntry:
-                    entry = FlattenedEntry(*step, namespace=namespace)
+                    entry = FlattenedEntry(*step[:3], namespace=namespace)
                 else:
-                    entry = cls(*step)
+                    entry = cls(*step[:3])
                 made[id(step)] = entry
             entries.append(entry)
         out.append(PyTreeAccessor(entries))

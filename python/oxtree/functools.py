@@ -14,7 +14,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run t
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["Partial", "partial"]
+__all__ = ["Partial", "partial", "reduce"]  # noqa: F822 (reduce: by __getattr__)
 
 
 class Partial(functools.partial):
@@ -89,3 +89,11 @@ def _unflatten(func: Any, children: tuple[Any, Any]) -> Partial:
 
 
 register_pytree_node(Partial, _flatten, _unflatten)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "reduce":  # optree.functools.reduce is tree_reduce; ops loads on first use
+        from oxtree.ops import tree_reduce
+
+        return tree_reduce
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

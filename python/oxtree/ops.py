@@ -34,6 +34,10 @@ from oxtree._core import (
     tree_structure,
 )
 from oxtree.accessors import tree_map_with_accessor
+from oxtree.registry import DictMetaData
+
+#: The dict types that are builtin node kinds (optree's name).
+STANDARD_DICT_TYPES: frozenset[type] = frozenset({dict, OrderedDict, defaultdict})
 
 __all__ = [
     # Prefix trees and broadcasting.
@@ -43,11 +47,13 @@ __all__ = [
     "broadcast_common",
     "tree_broadcast_map",
     "tree_broadcast_map_with_path",
+    "tree_broadcast_map_with_accessor",
     "prefix_errors",
     # Transposition.
     "tree_transpose",
     "tree_transpose_map",
     "tree_transpose_map_with_path",
+    "tree_transpose_map_with_accessor",
     # Reductions.
     "tree_reduce",
     "tree_reduce_associative",
@@ -446,12 +452,7 @@ def tree_broadcast_map(
     >>> tree_broadcast_map(lambda x, y: x + y, (1, {'a': 2}), ([10, 20], 30))
     ([11, 21], {'a': 32})
     """
-    values, index_trees = _broadcast_index_trees((tree, *rests), is_leaf, none_is_leaf, namespace)
-
-    def call(*indices: int) -> Any:
-        return func(*(leaves[i] for leaves, i in zip(values, indices, strict=True)))
-
-    return tree_map(call, *index_trees, none_is_leaf=none_is_leaf, namespace=namespace)
+    return _broadcast_map(tree_map, func, (tree, *rests), 0, is_leaf, none_is_leaf, namespace)
 
 
 def tree_broadcast_map_with_path(
@@ -469,12 +470,49 @@ def tree_broadcast_map_with_path(
     >>> tree_broadcast_map_with_path(lambda p, x, y: (p, x + y), {'a': 1}, {'a': [2, 3]})
     {'a': [(('a', 0), 3), (('a', 1), 4)]}
     """
-    values, index_trees = _broadcast_index_trees((tree, *rests), is_leaf, none_is_leaf, namespace)
+    trees = (tree, *rests)
+    return _broadcast_map(tree_map_with_path, func, trees, 1, is_leaf, none_is_leaf, namespace)
 
-    def call(path: tuple[Any, ...], *indices: int) -> Any:
-        return func(path, *(leaves[i] for leaves, i in zip(values, indices, strict=True)))
 
-    return tree_map_with_path(call, *index_trees, none_is_leaf=none_is_leaf, namespace=namespace)
+def _broadcast_map(
+    mapper: Callable[..., Any],
+    func: Callable[..., Any],
+    trees: tuple[Any, ...],
+    leading: int,
+    is_leaf: Callable[[Any], bool] | None,
+    none_is_leaf: bool,
+    namespace: str,
+) -> Any:
+    """`mapper` (tree_map or a variant that passes `leading` extra arguments first: a path, an
+    accessor) of `func` over `trees` broadcast to their common suffix structure."""
+    values, index_trees = _broadcast_index_trees(trees, is_leaf, none_is_leaf, namespace)
+
+    def call(*args: Any) -> Any:
+        indices = args[leading:]
+        leaves = (column[i] for column, i in zip(values, indices, strict=True))
+        return func(*args[:leading], *leaves)
+
+    return mapper(call, *index_trees, none_is_leaf=none_is_leaf, namespace=namespace)
+
+
+def tree_broadcast_map_with_accessor(
+    func: Callable[..., Any],
+    tree: Any,
+    /,
+    *rests: Any,
+    is_leaf: Callable[[Any], bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Any:
+    """:func:`tree_broadcast_map` with the accessor of each leaf (in the common structure) as
+    ``func``'s first argument.
+
+    >>> tree_broadcast_map_with_accessor(lambda a, x, y: (a.codify('t'), x + y), {'a': 1},
+    ...                                  {'a': [2, 3]})
+    {'a': [("t['a'][0]", 3), ("t['a'][1]", 4)]}
+    """
+    trees = (tree, *rests)
+    return _broadcast_map(tree_map_with_accessor, func, trees, 1, is_leaf, none_is_leaf, namespace)
 
 
 def _shorten(obj: Any, limit: int = 200) -> str:
@@ -586,8 +624,8 @@ def tree_transpose(
     if inner_treespec is None:
         if outer_treespec.num_leaves == 0:
             raise ValueError(
-                "Tree structures must have at least one leaf: cannot infer the inner "
-                f"structure under an outer structure with no leaves, {outer_treespec}."
+                "Tree structures must have at least one leaf. Cannot infer the inner "
+                f"structure under an outer structure with no leaves: {outer_treespec}."
             )
         inner_treespec = tree_structure(
             outer_treespec.flatten_up_to(tree)[0],
@@ -600,7 +638,7 @@ def tree_transpose(
     outer_size, inner_size = outer_treespec.num_leaves, inner_treespec.num_leaves
     if outer_size == 0 or inner_size == 0:
         raise ValueError(
-            f"Tree structures must have at least one leaf; got outer {outer_treespec} "
+            f"Tree structures must have at least one leaf. Got outer {outer_treespec} "
             f"and inner {inner_treespec}."
         )
     leaves, spec = tree_flatten(
@@ -630,15 +668,15 @@ def _transpose_outputs(
     if inner_treespec is None:
         if not outputs:
             raise ValueError(
-                f"The outer structure must have at least one leaf to infer the inner structure "
-                f"from; got {outer}."
+                f"The outer structure must have at least one leaf. Got: {outer}. "
+                "(The inner structure is inferred from the first output.)"
             )
         inner_treespec = tree_structure(
             outputs[0], is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
         )
         if inner_treespec.num_leaves == 0:
             raise ValueError(
-                f"The inner structure must have at least one leaf; got {inner_treespec}."
+                f"The inner structure must have at least one leaf. Got: {inner_treespec}."
             )
     grouped = [inner_treespec.flatten_up_to(output) for output in outputs]
     columns = [[row[j] for row in grouped] for j in range(inner_treespec.num_leaves)]
@@ -664,12 +702,8 @@ def tree_transpose_map(
     >>> tree_transpose_map(lambda x: {'id': x, 'sq': x * x}, [1, (2, 3)])
     {'id': [1, (2, 3)], 'sq': [1, (4, 9)]}
     """
-    outer = tree_structure(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
-    mapped = tree_map(
-        func, tree, *rests, is_leaf=is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
-    )
-    outputs = outer.flatten_up_to(mapped)
-    return _transpose_outputs(outer, outputs, inner_treespec, is_leaf, none_is_leaf, namespace)
+    trees = (tree, *rests)
+    return _transpose_map(tree_map, func, trees, inner_treespec, is_leaf, none_is_leaf, namespace)
 
 
 def tree_transpose_map_with_path(
@@ -688,12 +722,49 @@ def tree_transpose_map_with_path(
     ...                              inner_treespec=tree_structure({'path': 0, 'x': 0}))
     {'path': {'a': ('a',), 'b': ('b',)}, 'x': {'a': 1, 'b': 2}}
     """
-    outer = tree_structure(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
-    mapped = tree_map_with_path(
-        func, tree, *rests, is_leaf=is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+    trees = (tree, *rests)
+    return _transpose_map(
+        tree_map_with_path, func, trees, inner_treespec, is_leaf, none_is_leaf, namespace
     )
+
+
+def _transpose_map(
+    mapper: Callable[..., Any],
+    func: Callable[..., Any],
+    trees: tuple[Any, ...],
+    inner_treespec: PyTreeSpec | None,
+    is_leaf: Callable[[Any], bool] | None,
+    none_is_leaf: bool,
+    namespace: str,
+) -> Any:
+    """`mapper` (tree_map or a variant) of `func` over `trees`, outputs transposed."""
+    outer = tree_structure(trees[0], is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
+    mapped = mapper(func, *trees, is_leaf=is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
     outputs = outer.flatten_up_to(mapped)
     return _transpose_outputs(outer, outputs, inner_treespec, is_leaf, none_is_leaf, namespace)
+
+
+def tree_transpose_map_with_accessor(
+    func: Callable[..., Any],
+    tree: Any,
+    /,
+    *rests: Any,
+    inner_treespec: PyTreeSpec | None = None,
+    is_leaf: Callable[[Any], bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Any:
+    """:func:`tree_transpose_map` with each leaf's accessor as ``func``'s first argument.
+
+    >>> tree_transpose_map_with_accessor(
+    ...     lambda a, x: {'code': a.codify('t'), 'x': x}, {'a': 1, 'b': 2},
+    ...     inner_treespec=tree_structure({'code': 0, 'x': 0}))
+    {'code': {'a': "t['a']", 'b': "t['b']"}, 'x': {'a': 1, 'b': 2}}
+    """
+    trees = (tree, *rests)
+    return _transpose_map(
+        tree_map_with_accessor, func, trees, inner_treespec, is_leaf, none_is_leaf, namespace
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -961,21 +1032,24 @@ class FlattenOneLevelOutput(NamedTuple):
     unflatten_func: Callable[[Any, list[Any]], Any]
 
 
-class _DictKeys(list):  # type: ignore[type-arg]
-    """A dict node's metadata: its keys in flattening (sorted) order, remembering the order the
-    dict was built in so that unflattening restores it."""
+class FlattenOneLevelOutputEx(FlattenOneLevelOutput):
+    """:class:`FlattenOneLevelOutput` with the node's ``type``, ``kind`` and
+    ``path_entry_type`` as attributes (what optree's :func:`tree_flatten_one_level` returns).
 
-    __slots__ = ("original_order",)
+    >>> out = tree_flatten_one_level({'a': 1})
+    >>> out.type, out.kind, out.path_entry_type.__name__
+    (<class 'dict'>, <PyTreeKind.DICT: 5>, 'MappingEntry')
+    """
 
-    def __init__(self, keys: list[Any], original_order: list[Any]) -> None:
-        super().__init__(keys)
-        self.original_order = original_order
+    type: Any
+    kind: PyTreeKind
+    path_entry_type: Any
 
 
 def _dict_from(keys: Any, children: list[Any]) -> dict[Any, Any]:
     mapping = dict(zip(keys, children, strict=True))
-    if isinstance(keys, _DictKeys) and set(keys.original_order) == set(mapping):
-        return {key: mapping[key] for key in keys.original_order}
+    if isinstance(keys, DictMetaData) and set(keys.original_keys) == set(mapping):
+        return {key: mapping[key] for key in keys.original_keys}
     return mapping
 
 
@@ -1084,12 +1158,19 @@ def tree_flatten_one_level(
     kind = spec.kind
     metadata = spec.node_data()
     if kind == PyTreeKind.DICT:
-        metadata = _DictKeys(list(metadata), list(tree))
+        metadata = DictMetaData(metadata, original_keys=tree)
     elif kind == PyTreeKind.DEFAULTDICT:
         factory, keys = metadata
-        metadata = (factory, _DictKeys(list(keys), list(tree)))
+        metadata = (factory, DictMetaData(keys, original_keys=tree))
     unflatten = _UNFLATTEN_BY_KIND.get(kind) or _custom_unflatten(node)
-    return FlattenOneLevelOutput(children, metadata, tuple(spec.entries()), unflatten)
+    out = FlattenOneLevelOutputEx(children, metadata, tuple(spec.entries()), unflatten)
+    out.type = spec.type
+    out.kind = PyTreeKind(kind)
+    from oxtree.registry import register_pytree_node
+
+    entry = register_pytree_node.get(spec.type, namespace=namespace)  # type: ignore[attr-defined]
+    out.path_entry_type = entry.path_entry_type
+    return out
 
 
 def tree_replace_nones(sentinel: Any, tree: Any, /, namespace: str = "") -> Any:
@@ -1147,3 +1228,37 @@ def tree_map_with_accessor_(
         func, tree, *rests, is_leaf=is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
     )
     return tree
+
+
+# optree.ops also holds the core functions, the treespec constructors and the accessor
+# functions; they are served from the package (not imported here: that would be circular).
+_FROM_PACKAGE = frozenset(
+    {
+        "MAX_RECURSION_DEPTH",
+        "NONE_IS_LEAF",
+        "NONE_IS_NODE",
+        "all_leaves",
+        "tree_accessors",
+        "tree_flatten",
+        "tree_flatten_with_accessor",
+        "tree_flatten_with_path",
+        "tree_is_leaf",
+        "tree_iter",
+        "tree_leaves",
+        "tree_map",
+        "tree_map_",
+        "tree_map_with_path",
+        "tree_paths",
+        "tree_structure",
+        "tree_unflatten",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_PACKAGE or name.startswith("treespec_"):
+        import oxtree
+
+        if hasattr(oxtree, name):
+            return getattr(oxtree, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

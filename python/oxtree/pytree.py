@@ -37,10 +37,12 @@ __all__ = [
     "any",
     "broadcast_common",
     "broadcast_map",
+    "broadcast_map_with_accessor",
     "broadcast_map_with_path",
     "broadcast_prefix",
     "combine",
     "dataclasses",
+    "dict_insertion_ordered",
     "flatten",
     "flatten_one_level",
     "flatten_with_accessor",
@@ -69,6 +71,7 @@ __all__ = [
     "sum",
     "transpose",
     "transpose_map",
+    "transpose_map_with_accessor",
     "transpose_map_with_path",
     "unflatten",
     "unregister_node",
@@ -91,7 +94,9 @@ all = _ox.tree_all
 any = _ox.tree_any
 broadcast_common = _ox.tree_broadcast_common
 broadcast_map = _ox.tree_broadcast_map
+broadcast_map_with_accessor = _ox.tree_broadcast_map_with_accessor
 broadcast_map_with_path = _ox.tree_broadcast_map_with_path
+dict_insertion_ordered = _ox.dict_insertion_ordered
 broadcast_prefix = _ox.tree_broadcast_prefix
 combine = _ox.tree_combine
 flatten = _ox.tree_flatten
@@ -120,6 +125,7 @@ structure = _ox.tree_structure
 sum = _ox.tree_sum
 transpose = _ox.tree_transpose
 transpose_map = _ox.tree_transpose_map
+transpose_map_with_accessor = _ox.tree_transpose_map_with_accessor
 transpose_map_with_path = _ox.tree_transpose_map_with_path
 unflatten = _ox.tree_unflatten
 unregister_node = _ox.unregister_pytree_node

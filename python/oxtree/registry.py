@@ -7,12 +7,14 @@ that namespace (``namespace=...``); the empty namespace is the global one, seen 
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 
+from oxtree import _core
 from oxtree._core import (
     GLOBAL_NAMESPACE,
     _register_dataclass_fields,
-    register_pytree_node,
     register_static,
     registered_types,
     unregister_pytree_node,
@@ -21,13 +23,18 @@ from oxtree._core import (
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
     import dataclasses
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable, Iterator
     from typing import Any, TypeVar
 
     _C = TypeVar("_C", bound=type)
 
+# optree's module-level name for the global namespace (its tests import it).
+__GLOBAL_NAMESPACE = GLOBAL_NAMESPACE
+
 __all__ = [
     "GLOBAL_NAMESPACE",
+    "PyTreeNodeRegistryEntry",
+    "dict_insertion_ordered",
     "register_dataclass",
     "register_pytree_node",
     "register_pytree_node_class",
@@ -37,8 +44,48 @@ __all__ = [
 ]
 
 
+def register_pytree_node(
+    cls: type,
+    /,
+    flatten_func: Callable[..., Any],
+    unflatten_func: Callable[..., Any],
+    *,
+    path_entry_type: type | None = None,
+    flatten_with_keys_func: Callable[..., Any] | None = None,
+    namespace: str = GLOBAL_NAMESPACE,
+) -> type:
+    """Registers ``cls`` as a pytree node with user flatten and unflatten functions.
+
+    ``flatten_func(obj)`` returns ``(children, aux_data)`` (JAX) or ``(children, aux_data,
+    entries)`` (optree); ``unflatten_func(aux_data, children)`` rebuilds the object.
+    ``path_entry_type`` (a :class:`~oxtree.PyTreeEntry` subclass) is the entry class of the
+    accessors of its children; by default it is chosen from what ``cls`` is, as
+    :class:`~oxtree.AutoEntry` does. The empty namespace is the global one. Returns ``cls``.
+    ``register_pytree_node.get(cls, namespace=...)`` looks a registration up.
+
+    >>> class Pair:
+    ...     def __init__(self, a, b): self.a, self.b = a, b
+    >>> _ = register_pytree_node(
+    ...     Pair, lambda p: ((p.a, p.b), None, ('a', 'b')), lambda _, c: Pair(*c), namespace='doc')
+    >>> register_pytree_node.get(Pair, namespace='doc').namespace
+    'doc'
+    """
+    return _core.register_pytree_node(
+        cls,
+        flatten_func,
+        unflatten_func,
+        path_entry_type=path_entry_type,
+        flatten_with_keys_func=flatten_with_keys_func,
+        namespace=namespace,
+    )
+
+
 def register_pytree_node_class(
-    cls: _C | str | None = None, /, *, namespace: str | None = None
+    cls: _C | str | None = None,
+    /,
+    *,
+    path_entry_type: type | None = None,
+    namespace: str | None = None,
 ) -> Any:
     """A class decorator registering ``cls`` with its own flatten and unflatten methods.
 
@@ -46,9 +93,11 @@ def register_pytree_node_class(
     entries)``; the classmethod ``cls.__tree_unflatten__(metadata, children)`` rebuilds an
     instance. A class that defines only the older pair, ``tree_flatten`` and ``tree_unflatten``
     (JAX's names), is registered with those, and gets ``__tree_flatten__`` and
-    ``__tree_unflatten__`` calling them, as optree does. Returns the class. The namespace may be
-    given as the only argument: ``@register_pytree_node_class('my-namespace')``; without one,
-    the class is registered in the global namespace.
+    ``__tree_unflatten__`` calling them, as optree does. Returns the class.
+    ``path_entry_type`` defaults to the class attribute ``TREE_PATH_ENTRY_TYPE`` when it has
+    one. The namespace may be given as the only argument:
+    ``@register_pytree_node_class('my-namespace')``; without one, the class is registered in
+    the global namespace.
 
     >>> import oxtree
     >>> @register_pytree_node_class(namespace='pairs')
@@ -63,13 +112,17 @@ def register_pytree_node_class(
     if isinstance(cls, str):
         if namespace is not None:
             raise ValueError("Cannot specify `namespace` when the first argument is a string.")
+        if cls == "":
+            raise ValueError("The namespace cannot be an empty string.")
         cls, namespace = None, cls
     if namespace is None:
         namespace = GLOBAL_NAMESPACE
     elif not isinstance(namespace, str):
         raise TypeError(f"The namespace must be a string, got {namespace!r}")
     if cls is None:
-        return lambda c: register_pytree_node_class(c, namespace=namespace)
+        return lambda c: register_pytree_node_class(
+            c, path_entry_type=path_entry_type, namespace=namespace
+        )
     if not isinstance(cls, type):
         raise TypeError(f"Expected a class, got {cls!r}.")
     if _defines(cls, "__tree_flatten__", "__tree_unflatten__"):
@@ -84,7 +137,11 @@ def register_pytree_node_class(
             f"{cls!r} must define both `__tree_flatten__` and `__tree_unflatten__` methods "
             "for registration as a pytree node."
         )
-    register_pytree_node(cls, flatten, unflatten, namespace=namespace)
+    if path_entry_type is None:
+        path_entry_type = getattr(cls, "TREE_PATH_ENTRY_TYPE", None)
+    register_pytree_node(
+        cls, flatten, unflatten, path_entry_type=path_entry_type, namespace=namespace
+    )
     return cls
 
 
@@ -208,3 +265,291 @@ def register_dataclass(
 def _is_static(f: dataclasses.Field[Any]) -> bool:
     md = f.metadata
     return bool(md.get("static", False)) or md.get("pytree_node", True) is False
+
+
+class PyTreeNodeRegistryEntry:
+    """One registration, as ``register_pytree_node.get`` reports it (optree's record).
+
+    ``flatten_func`` and ``unflatten_func`` are None for types walked natively (registered
+    dataclasses, static types); ``kind`` is a :class:`~oxtree.PyTreeKind`.
+    """
+
+    __slots__ = ("flatten_func", "kind", "namespace", "path_entry_type", "type", "unflatten_func")
+
+    def __init__(
+        self,
+        type: type,
+        flatten_func: Any,
+        unflatten_func: Any,
+        *,
+        path_entry_type: type | None = None,
+        kind: Any = None,
+        namespace: str = "",
+    ) -> None:
+        from oxtree.accessors import AutoEntry
+
+        self.type = type
+        self.flatten_func = flatten_func
+        self.unflatten_func = unflatten_func
+        self.path_entry_type = AutoEntry if path_entry_type is None else path_entry_type
+        self.kind = _core.PyTreeKind.CUSTOM if kind is None else kind
+        self.namespace = namespace
+
+    def _astuple(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in _ENTRY_FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PyTreeNodeRegistryEntry):
+            return NotImplemented
+        return self._astuple() == other._astuple()
+
+    def __hash__(self) -> int:
+        return hash(self._astuple())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in _ENTRY_FIELDS)
+        return f"{type(self).__name__}({fields})"
+
+
+_ENTRY_FIELDS = ("type", "flatten_func", "unflatten_func", "path_entry_type", "kind", "namespace")
+
+# One entry object per live registration, so that repeated look-ups return the same object.
+_ENTRIES: dict[tuple[Any, ...], PyTreeNodeRegistryEntry] = {}
+
+
+def _entry(row: tuple[Any, ...]) -> PyTreeNodeRegistryEntry:
+    cls, namespace, flatten, unflatten, path_entry_type = row
+    key = (cls, namespace, id(flatten), id(unflatten), path_entry_type)
+    entry = _ENTRIES.get(key)
+    if entry is None or entry.flatten_func is not flatten:
+        entry = PyTreeNodeRegistryEntry(
+            cls, flatten, unflatten, path_entry_type=path_entry_type, namespace=namespace
+        )
+        _ENTRIES[key] = entry
+    return entry
+
+
+class _RegistryView:
+    """The registry as optree's ``_NODETYPE_REGISTRY`` shows it, read-only and live.
+
+    Keys are the builtin node types, then ``cls`` for a global registration and
+    ``(namespace, cls)`` for a namespaced one; values are :class:`PyTreeNodeRegistryEntry`.
+    """
+
+    def _items(self) -> list[tuple[Any, PyTreeNodeRegistryEntry]]:
+        items: list[tuple[Any, PyTreeNodeRegistryEntry]] = list(_builtin_entries().items())
+        for row in _core._registrations():
+            entry = _entry(row)
+            items.append(
+                (entry.type if not entry.namespace else (entry.namespace, entry.type), entry)
+            )
+        return items
+
+    def __len__(self) -> int:
+        return len(self._items())
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter([key for key, _ in self._items()])
+
+    def __contains__(self, key: object) -> bool:
+        return any(k == key for k, _ in self._items())
+
+    def __getitem__(self, key: Any) -> PyTreeNodeRegistryEntry:
+        for k, entry in self._items():
+            if k == key:
+                return entry
+        raise KeyError(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def keys(self) -> list[Any]:
+        return [k for k, _ in self._items()]
+
+    def values(self) -> list[PyTreeNodeRegistryEntry]:
+        return [e for _, e in self._items()]
+
+    def items(self) -> list[tuple[Any, PyTreeNodeRegistryEntry]]:
+        return self._items()
+
+    def __repr__(self) -> str:
+        return repr(dict(self._items()))
+
+
+_NODETYPE_REGISTRY = _RegistryView()
+
+
+def _builtin_entries() -> dict[Any, PyTreeNodeRegistryEntry]:
+    """The builtin node types' entries (made once), keyed as optree keys them."""
+    global _BUILTINS
+    if _BUILTINS is None:
+        _BUILTINS = _make_builtin_entries()
+    return _BUILTINS
+
+
+_BUILTINS: dict[Any, PyTreeNodeRegistryEntry] | None = None
+
+
+def _make_builtin_entries() -> dict[Any, PyTreeNodeRegistryEntry]:
+    import collections
+
+    from oxtree import accessors as acc
+
+    kinds = _core.PyTreeKind
+    rows = [
+        (type(None), acc.PyTreeEntry, kinds.NONE),
+        (tuple, acc.SequenceEntry, kinds.TUPLE),
+        (list, acc.SequenceEntry, kinds.LIST),
+        (dict, acc.MappingEntry, kinds.DICT),
+        (collections.namedtuple, acc.NamedTupleEntry, kinds.NAMEDTUPLE),
+        (collections.OrderedDict, acc.MappingEntry, kinds.ORDEREDDICT),
+        (collections.defaultdict, acc.MappingEntry, kinds.DEFAULTDICT),
+        (collections.deque, acc.SequenceEntry, kinds.DEQUE),
+        (_StructSequence, acc.StructSequenceEntry, kinds.STRUCTSEQUENCE),
+    ]
+    return {
+        cls: PyTreeNodeRegistryEntry(
+            cls,  # type: ignore[arg-type]
+            _flatten_builtin,
+            _unflatten_builtin(kind),
+            path_entry_type=entry_type,
+            kind=kind,
+        )
+        for cls, entry_type, kind in rows
+    }
+
+
+class _StructSequence(tuple):  # type: ignore[type-arg]
+    """Stands for every struct sequence type in the registry view, as optree's does."""
+
+    __slots__ = ()
+
+
+def _flatten_builtin(obj: Any, /) -> tuple[list[Any], Any, tuple[Any, ...]]:
+    """optree's ``flatten_func`` of a builtin node: ``(children, metadata, entries)``."""
+    from oxtree.ops import tree_flatten_one_level
+
+    out = tree_flatten_one_level(obj)
+    return out.children, out.metadata, out.entries
+
+
+def _unflatten_builtin(kind: Any) -> Callable[[Any, Any], Any]:
+    """optree's ``unflatten_func(metadata, children)`` of a builtin node kind."""
+    from oxtree.ops import _UNFLATTEN_BY_KIND
+
+    return _UNFLATTEN_BY_KIND[kind]
+
+
+def _registry_get(
+    cls: type | None = None, /, *, namespace: str = GLOBAL_NAMESPACE
+) -> dict[type, PyTreeNodeRegistryEntry] | PyTreeNodeRegistryEntry | None:
+    """The registration of ``cls`` as seen from ``namespace``, or all of them (``cls=None``).
+
+    With ``cls=None`` returns a dict from type to :class:`PyTreeNodeRegistryEntry` holding the
+    builtin node types, the global registrations and those of ``namespace``. Otherwise the
+    entry ``cls`` flattens by, or None for a leaf type.
+    """
+    import collections
+    import inspect
+
+    if cls is not None and cls is not collections.namedtuple and not inspect.isclass(cls):
+        raise TypeError(f"Expected a class or None, got {cls!r}.")
+    if not isinstance(namespace, str):
+        raise TypeError(f"The namespace must be a string, got {namespace!r}.")
+    builtins = _builtin_entries()
+    rows = [_entry(row) for row in _core._registrations()]
+    if cls is None:
+        found: dict[type, PyTreeNodeRegistryEntry] = dict(builtins)
+        found.update((e.type, e) for e in rows if e.namespace == "")
+        if namespace:
+            found.update((e.type, e) for e in rows if e.namespace == namespace)
+        return found
+    for ns in (namespace, "") if namespace else ("",):
+        for e in rows:
+            if e.type is cls and e.namespace == ns:
+                return e
+    if cls in builtins:
+        return builtins[cls]
+    from oxtree.types import is_namedtuple_class, is_structseq_class
+
+    if is_structseq_class(cls):
+        return builtins[_StructSequence]
+    if is_namedtuple_class(cls):
+        return builtins[collections.namedtuple]
+    return None
+
+
+register_pytree_node.get = _registry_get  # type: ignore[attr-defined]
+
+
+class DictMetaData(list):  # type: ignore[type-arg]
+    """optree's record of a dict node's keys (``tree_flatten_one_level``'s metadata): a list
+    of the keys in traversal order, with ``original_keys`` (a dict from key to None) in the
+    dict's insertion order, which unflattening restores.
+
+    >>> DictMetaData(['a', 'b'], original_keys=['b', 'a']).original_keys
+    {'b': None, 'a': None}
+    """
+
+    __slots__ = ("original_keys",)
+
+    def __init__(
+        self,
+        keys: Iterable[Any] = (),
+        /,
+        *,
+        original_keys: Iterable[Any] | None = None,
+        check_keys_consistency: bool = True,
+    ) -> None:
+        super().__init__(keys)
+        self.original_keys = dict.fromkeys(self if original_keys is None else original_keys)
+        if len(self.original_keys) != len(self):
+            raise ValueError(
+                f"`original_keys` must have the same length as `keys`, "
+                f"got {len(self.original_keys)} != {len(self)}."
+            )
+        if check_keys_consistency and set(self.original_keys) != set(self):
+            raise ValueError(
+                "`original_keys` must have the same keys as `keys`, "
+                f"got {set(self.original_keys)} != {set(self)}."
+            )
+
+    def __getnewargs_ex__(self) -> tuple[tuple[list[Any]], dict[str, Any]]:
+        return (list(self),), {
+            "original_keys": list(self.original_keys),
+            "check_keys_consistency": False,
+        }
+
+
+@contextlib.contextmanager
+def dict_insertion_ordered(mode: bool, /, *, namespace: str = GLOBAL_NAMESPACE) -> Iterator[None]:
+    """Within the block, dicts and defaultdicts flatten in insertion order, not sorted.
+
+    The mode applies to walks in ``namespace``; in the global namespace (``''``) it applies
+    to every walk of the optree face. Leaves, treespecs and paths then follow each dict's own
+    key order, as they do for an ``OrderedDict``. The previous mode comes back on exit.
+
+    >>> import oxtree
+    >>> with dict_insertion_ordered(True):
+    ...     oxtree.tree_flatten({'b': 1, 'a': 2})
+    ([1, 2], PyTreeSpec({'b': *, 'a': *}))
+    >>> oxtree.tree_leaves({'b': 1, 'a': 2})
+    [2, 1]
+    """
+    if not isinstance(namespace, str):
+        raise TypeError(f"The namespace must be a string, got {namespace!r}.")
+    with _MODE_LOCK:
+        previous = _core.is_dict_insertion_ordered(namespace, inherit_global_namespace=False)
+        _core.set_dict_insertion_ordered(bool(mode), namespace)
+    try:
+        yield
+    finally:
+        with _MODE_LOCK:
+            _core.set_dict_insertion_ordered(previous, namespace)
+
+
+# Makes reading the previous mode and setting the new one one step for each thread.
+_MODE_LOCK = threading.Lock()

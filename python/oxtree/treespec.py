@@ -32,6 +32,7 @@ __all__ = [
     "treespec_entries",
     "treespec_entry",
     "treespec_from_collection",
+    "treespec_frozendict",
     "treespec_is_leaf",
     "treespec_is_one_level",
     "treespec_is_prefix",
@@ -190,6 +191,27 @@ def treespec_ordereddict(
     return _dict_like(collections.OrderedDict, items, none_is_leaf, namespace)
 
 
+def treespec_frozendict(
+    mapping: Mapping[Any, PyTreeSpec] | Iterable[tuple[Any, PyTreeSpec]] = (),
+    /,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+    **kwargs: PyTreeSpec,
+) -> PyTreeSpec:
+    """A ``frozendict`` node of the given treespecs: optree offers it on Python 3.15+, whose
+    builtin ``frozendict`` oxtree does not support yet, so it raises ``RuntimeError``.
+
+    >>> treespec_frozendict()
+    Traceback (most recent call last):
+    ...
+    RuntimeError: `optree.treespec_frozendict` requires Python 3.15+ with `frozendict` support.
+    """
+    raise RuntimeError(
+        "`optree.treespec_frozendict` requires Python 3.15+ with `frozendict` support."
+    )
+
+
 def treespec_defaultdict(
     default_factory: Callable[[], Any] | None = None,
     mapping: Mapping[Any, PyTreeSpec] | Iterable[tuple[Any, PyTreeSpec]] = (),
@@ -244,7 +266,7 @@ def treespec_namedtuple(
     PyTreeSpec(P(x=*, y=None))
     """
     if not is_namedtuple_instance(namedtuple):
-        raise ValueError(f"expected a namedtuple of PyTreeSpecs, got {namedtuple!r}")
+        raise ValueError(f"Expected a namedtuple of PyTreeSpec(s), got {namedtuple!r}.")
     children = list(namedtuple)
     shape = type(namedtuple)(*(_SLOT for _ in children))
     return _from_collection(shape, children, none_is_leaf, namespace)
@@ -261,7 +283,7 @@ def treespec_structseq(
     9
     """
     if not is_structseq_instance(structseq):
-        raise ValueError(f"expected a struct sequence of PyTreeSpecs, got {structseq!r}")
+        raise ValueError(f"Expected a PyStructSequence of PyTreeSpec(s), got {structseq!r}.")
     children = list(structseq)
     shape = type(structseq)([_SLOT for _ in children])
     return _from_collection(shape, children, none_is_leaf, namespace)
@@ -283,7 +305,13 @@ def treespec_from_collection(
         collection, none_is_leaf=none_is_leaf, namespace=namespace
     )
     if shape.num_nodes == 1:
-        # A leaf (or None) is its own treespec (optree also warns here).
+        # A leaf (or None) is its own treespec; optree warns about a leaf.
+        if shape.is_leaf():
+            import warnings
+
+            warnings.warn(
+                "PyTreeSpec::MakeFromCollection() is called on a leaf.", UserWarning, stacklevel=2
+            )
         return shape
     for child in children:
         _check(child)
@@ -436,3 +464,35 @@ def treespec_is_suffix(
     (True, False)
     """
     return _arg(treespec).is_suffix(_arg(other_treespec), strict=strict)
+
+
+# optree.treespec's short names (`treespec.tuple`, ...), served by `__getattr__`: as module
+# globals they would shadow the builtins `tuple`, `list` and `dict` in this module's code.
+_SHORT_NAMES = {
+    name: f"treespec_{name}"
+    for name in [
+        "leaf",
+        "none",
+        "tuple",
+        "list",
+        "dict",
+        "namedtuple",
+        "ordereddict",
+        "defaultdict",
+        "deque",
+        "structseq",
+        "frozendict",
+        "from_collection",
+    ]
+}
+
+
+def __getattr__(name: str) -> Any:
+    long = _SHORT_NAMES.get(name)
+    if long is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return globals()[long]
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_SHORT_NAMES})

@@ -684,5 +684,11 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(registry::register_static, m)?)?;
     m.add_function(wrap_pyfunction!(registry::_register_dataclass_fields, m)?)?;
     m.add_function(wrap_pyfunction!(registry::registered_types, m)?)?;
+    m.add_function(wrap_pyfunction!(registry::get_registry_size, m)?)?;
+    m.add_function(wrap_pyfunction!(registry::_registrations, m)?)?;
+    m.add_function(wrap_pyfunction!(registry::is_dict_insertion_ordered, m)?)?;
+    m.add_function(wrap_pyfunction!(registry::set_dict_insertion_ordered, m)?)?;
+    m.add_function(wrap_pyfunction!(crate::types::_tuple_kind, m)?)?;
+    m.add_function(wrap_pyfunction!(crate::types::_tuple_fields, m)?)?;
     Ok(())
 }

@@ -49,7 +49,9 @@ impl Kind {
 /// Python's `PyTreeKind`: an `enum.IntEnum` (as optree's is), made once at import.
 static PY_TREE_KIND: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
-const NAMES: [&str; 11] = [
+/// optree's members in optree's numbering; the last two name no node oxtree makes:
+/// `FROZENDICT` (Python 3.15's frozendict, not supported yet) and `NUM_KINDS` (the count).
+const NAMES: [&str; 13] = [
     "CUSTOM",
     "LEAF",
     "NONE",
@@ -61,6 +63,8 @@ const NAMES: [&str; 11] = [
     "DEFAULTDICT",
     "DEQUE",
     "STRUCTSEQUENCE",
+    "FROZENDICT",
+    "NUM_KINDS",
 ];
 
 /// The `PyTreeKind` enum class.

@@ -5,7 +5,7 @@
 //! map, change the copy and swap it in under the lock.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -45,7 +45,14 @@ pub struct Registration {
     pub rule: Rule,
     /// The namespace it was registered in ("" for the global one).
     pub namespace: String,
+    /// optree's `path_entry_type`: the `PyTreeEntry` class accessors use for this node's
+    /// children (None: chosen from what the type is, as optree's `AutoEntry` does).
+    pub path_entry_type: Option<Py<PyAny>>,
+    /// When it was made, among all registrations: listings come in registration order.
+    pub serial: u64,
 }
+
+static SERIAL: AtomicU64 = AtomicU64::new(0);
 
 impl Registration {
     /// The type's `__name__`, for messages and reprs.
@@ -66,6 +73,9 @@ pub struct Registry {
     /// True when one of the builtin scalar types (`types::is_scalar_type`) is registered in
     /// some namespace: only then must a scalar leaf be looked up.
     scalars: bool,
+    /// Namespaces in optree's `dict_insertion_ordered` mode ("" for the global one, which
+    /// puts every namespace in it).
+    insertion_ordered: HashSet<String>,
 }
 
 impl Registry {
@@ -83,6 +93,14 @@ impl Registry {
             .keys()
             .chain(self.namespaced.values().flat_map(|m| m.keys()))
             .any(|&k| types::is_scalar_type(k as *mut pyo3::ffi::PyTypeObject));
+    }
+
+    /// Whether walks in `namespace` keep dicts in insertion order (optree's
+    /// `dict_insertion_ordered`): set for it or for the global namespace.
+    #[inline]
+    pub fn dict_insertion_ordered(&self, namespace: &str) -> bool {
+        !self.insertion_ordered.is_empty()
+            && (self.insertion_ordered.contains("") || self.insertion_ordered.contains(namespace))
     }
 
     /// True when nothing is registered: the walk can skip lookups altogether.
@@ -282,14 +300,25 @@ fn check_registrable(cls: &Bound<'_, PyType>, what: &str) -> PyResult<()> {
     Ok(())
 }
 
-fn insert(cls: &Bound<'_, PyType>, rule: Rule, namespace: &Bound<'_, PyAny>) -> PyResult<()> {
+fn insert(
+    cls: &Bound<'_, PyType>,
+    rule: Rule,
+    namespace: &Bound<'_, PyAny>,
+    path_entry_type: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
     let namespace = namespace_arg(namespace)?;
     let namespace = namespace.as_str();
     check_registrable(cls, "re-registered")?;
+    let path_entry_type = match path_entry_type {
+        Some(t) if !t.is_none() => Some(check_entry_type(t)?),
+        _ => None,
+    };
     let reg = Arc::new(Registration {
         ty: cls.clone().unbind(),
         rule,
         namespace: namespace.to_owned(),
+        path_entry_type,
+        serial: SERIAL.fetch_add(1, Ordering::Relaxed),
     });
     let key = cls.as_ptr() as usize;
     update(|r| {
@@ -342,6 +371,22 @@ fn warn_override(cls: &Bound<'_, PyType>, namespace: &str) -> PyResult<()> {
     PyErr::warn(py, category.as_any(), &message, 1)
 }
 
+/// `path_entry_type` must be a subclass of optree's `PyTreeEntry` (`oxtree.PyTreeEntry`).
+fn check_entry_type(t: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    let py = t.py();
+    let base = py.import("oxtree.accessors")?.getattr("PyTreeEntry")?;
+    let ok = t
+        .cast::<PyType>()
+        .is_ok_and(|ty| ty.is_subclass(&base).unwrap_or(false));
+    if !ok {
+        return Err(PyTypeError::new_err(format!(
+            "Expected a subclass of PyTreeEntry, got {}.",
+            t.repr()?
+        )));
+    }
+    Ok(t.clone().unbind())
+}
+
 fn check_callable(f: &Bound<'_, PyAny>, what: &str) -> PyResult<()> {
     if f.is_callable() {
         Ok(())
@@ -374,13 +419,14 @@ fn check_callable(f: &Bound<'_, PyAny>, what: &str) -> PyResult<()> {
 /// [Pair(1, 2)]
 #[pyfunction]
 #[pyo3(
-    signature = (cls, /, flatten_func, unflatten_func, *, flatten_with_keys_func = None, namespace = None),
-    text_signature = "(cls, /, flatten_func, unflatten_func, *, flatten_with_keys_func=None, namespace='')"
+    signature = (cls, /, flatten_func, unflatten_func, *, path_entry_type = None, flatten_with_keys_func = None, namespace = None),
+    text_signature = "(cls, /, flatten_func, unflatten_func, *, path_entry_type=None, flatten_with_keys_func=None, namespace='')"
 )]
 pub fn register_pytree_node<'py>(
     cls: &Bound<'py, PyAny>,
     flatten_func: &Bound<'py, PyAny>,
     unflatten_func: &Bound<'py, PyAny>,
+    path_entry_type: Option<&Bound<'py, PyAny>>,
     flatten_with_keys_func: Option<&Bound<'py, PyAny>>,
     namespace: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
@@ -396,7 +442,7 @@ pub fn register_pytree_node<'py>(
         unflatten: unflatten_func.clone().unbind(),
         flatten_with_keys: flatten_with_keys_func.map(|f| f.clone().unbind()),
     };
-    insert(ty, rule, &namespace)?;
+    insert(ty, rule, &namespace, path_entry_type)?;
     Ok(cls.clone())
 }
 
@@ -412,14 +458,15 @@ fn as_type<'a, 'py>(cls: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyTyp
 /// Registers a dataclass whose fields were checked by the Python layer.
 #[pyfunction]
 #[pyo3(
-    signature = (cls, data_fields, meta_fields, *, call_init = true, namespace = None),
-    text_signature = "(cls, data_fields, meta_fields, *, call_init=True, namespace='')"
+    signature = (cls, data_fields, meta_fields, *, call_init = true, path_entry_type = None, namespace = None),
+    text_signature = "(cls, data_fields, meta_fields, *, call_init=True, path_entry_type=None, namespace='')"
 )]
 pub fn _register_dataclass_fields<'py>(
     cls: &Bound<'py, PyAny>,
     data_fields: Vec<Bound<'py, PyString>>,
     meta_fields: Vec<Bound<'py, PyString>>,
     call_init: bool,
+    path_entry_type: Option<&Bound<'py, PyAny>>,
     namespace: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let namespace = namespace_or_global(cls.py(), namespace);
@@ -438,7 +485,7 @@ pub fn _register_dataclass_fields<'py>(
         call_init,
         kwnames,
     };
-    insert(ty, rule, &namespace)?;
+    insert(ty, rule, &namespace, path_entry_type)?;
     Ok(cls.clone())
 }
 
@@ -458,7 +505,7 @@ pub fn register_static<'py>(
     namespace: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let namespace = namespace_or_global(cls.py(), namespace);
-    insert(as_type(cls)?, Rule::Static, &namespace)?;
+    insert(as_type(cls)?, Rule::Static, &namespace, None)?;
     Ok(cls.clone())
 }
 
@@ -552,4 +599,102 @@ pub fn registered_types(py: Python<'_>, namespace: &str) -> Vec<Py<PyType>> {
         out.extend(t.values().map(|r| r.ty.clone_ref(py)));
     }
     out
+}
+
+/// The number of builtin node types (None, tuple, list, dict, OrderedDict, defaultdict,
+/// deque), counted as optree's registry counts them.
+const BUILTIN_NODE_TYPES: usize = 7;
+
+/// The number of node types in the registry: the builtin ones and the registered ones of
+/// `namespace` (with the global ones), or of every namespace when `namespace` is None.
+///
+/// >>> get_registry_size() >= get_registry_size(namespace='') >= 7
+/// True
+#[pyfunction]
+#[pyo3(signature = (namespace = None))]
+pub fn get_registry_size(namespace: Option<&str>) -> usize {
+    let reg = snapshot();
+    let registered = match namespace {
+        None => reg.global.len() + reg.namespaced.values().map(|t| t.len()).sum::<usize>(),
+        Some(ns) => {
+            reg.global.len()
+                + if ns.is_empty() {
+                    0
+                } else {
+                    reg.namespaced.get(ns).map_or(0, |t| t.len())
+                }
+        }
+    };
+    BUILTIN_NODE_TYPES + registered
+}
+
+/// Every registration as `(type, namespace, flatten_func, unflatten_func, path_entry_type)`,
+/// in registration order: the rows of `oxtree.registry`'s registry view. The functions are None
+/// for natively walked dataclasses and static types, `path_entry_type` None when unset.
+#[pyfunction]
+pub fn _registrations(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyTuple>>> {
+    let reg = snapshot();
+    let mut regs: Vec<&Arc<Registration>> = reg
+        .global
+        .values()
+        .chain(reg.namespaced.values().flat_map(|t| t.values()))
+        .collect();
+    regs.sort_by_key(|r| r.serial);
+    let mut out = Vec::new();
+    for r in regs {
+        let none = || py.None();
+        let (flatten, unflatten) = match &r.rule {
+            Rule::Custom {
+                flatten, unflatten, ..
+            } => (flatten.clone_ref(py), unflatten.clone_ref(py)),
+            _ => (none(), none()),
+        };
+        let entry = r
+            .path_entry_type
+            .as_ref()
+            .map_or_else(none, |t| t.clone_ref(py));
+        out.push(PyTuple::new(
+            py,
+            [
+                r.ty.clone_ref(py).into_any(),
+                PyString::new(py, &r.namespace).into_any().unbind(),
+                flatten,
+                unflatten,
+                entry,
+            ],
+        )?);
+    }
+    Ok(out)
+}
+
+/// Whether dicts are flattened in insertion order in `namespace` (optree's
+/// `dict_insertion_ordered` mode), counting the global namespace's mode unless
+/// `inherit_global_namespace` is false.
+///
+/// >>> is_dict_insertion_ordered('')
+/// False
+#[pyfunction]
+#[pyo3(signature = (namespace = "", inherit_global_namespace = true))]
+pub fn is_dict_insertion_ordered(namespace: &str, inherit_global_namespace: bool) -> bool {
+    let reg = snapshot();
+    if inherit_global_namespace {
+        reg.dict_insertion_ordered(namespace)
+    } else {
+        reg.insertion_ordered.contains(namespace)
+    }
+}
+
+/// Turns optree's `dict_insertion_ordered` mode on or off for `namespace` ("" for every
+/// namespace). `oxtree.dict_insertion_ordered` is the context manager over it.
+#[pyfunction]
+#[pyo3(signature = (mode, /, namespace = ""))]
+pub fn set_dict_insertion_ordered(mode: bool, namespace: &str) -> PyResult<()> {
+    update(|r| {
+        if mode {
+            r.insertion_ordered.insert(namespace.to_owned());
+        } else {
+            r.insertion_ordered.remove(namespace);
+        }
+        Ok(())
+    })
 }

@@ -565,3 +565,34 @@ pub fn qualified_name(ty: &Bound<'_, PyType>) -> PyResult<String> {
     let module = ty.getattr(intern!(ty.py(), "__module__"))?.str()?;
     Ok(format!("{}.{}", module, ty.qualname()?))
 }
+
+/// The node kind the walk gives instances of `cls` when no registration applies to it:
+/// `NAMEDTUPLE` or `STRUCTSEQUENCE` for such a tuple subclass, else `LEAF`. (What
+/// `oxtree.types.is_namedtuple_class` and its relatives ask.)
+#[pyo3::pyfunction]
+pub fn _tuple_kind<'py>(cls: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let kind = match cls.cast::<PyType>() {
+        Ok(ty) if ty.is_subclass_of::<PyTuple>()? && !ty.is(cls.py().get_type::<PyTuple>()) => {
+            tuple_subclass_kind(ty)
+        }
+        _ => Kind::Leaf,
+    };
+    kind.to_py(cls.py())
+}
+
+/// The field names of a namedtuple or struct sequence class, one per child, as the walk
+/// names them (a struct sequence's unnamed fields are left out).
+#[pyo3::pyfunction]
+pub fn _tuple_fields<'py>(cls: &Bound<'py, PyType>) -> PyResult<Vec<String>> {
+    let kind = tuple_subclass_kind(cls);
+    if kind == Kind::Leaf {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "Expected a namedtuple or a PyStructSequence type, got {}.",
+            cls.repr()?
+        )));
+    }
+    Ok(field_names(cls.as_any(), kind)?
+        .into_iter()
+        .flatten()
+        .collect())
+}

@@ -284,6 +284,9 @@ pub struct Flattener<
     /// Ask custom nodes for their keys (JAX's `flatten_with_keys`) while walking.
     with_keys: bool,
     face: Face,
+    /// optree's `dict_insertion_ordered` mode for this walk's namespace: dicts and
+    /// defaultdicts keep their insertion order, as OrderedDicts do (optree's face only).
+    insertion_ordered: bool,
     /// The types of the last two objects classified as leaves by the slow path: leaves of one
     /// type usually come in runs, or alternate between two (an int and a float field of
     /// every dataclass). Held strongly, so their addresses cannot be reused mid-walk.
@@ -328,6 +331,7 @@ impl<
             next_cycle_check: FIRST_CYCLE_CHECK,
             with_keys: false,
             face: Face::Optree,
+            insertion_ordered: registry.dict_insertion_ordered(namespace),
             leaf_types: [None, None],
             last_custom: None,
             registrations: Vec::new(),
@@ -630,8 +634,11 @@ impl<
         let dict = unsafe { obj.cast_unchecked::<PyDict>() };
         // Whether the key list is known to be untracked already (all keys str).
         let mut untracked = false;
-        let (keys, insertion) = if kind == Kind::OrderedDict {
-            // The OrderedDict's own order, which its dict storage need not follow.
+        let own_order =
+            kind == Kind::OrderedDict || (self.insertion_ordered && self.face != Face::Jax);
+        let (keys, insertion) = if own_order {
+            // The OrderedDict's own order, which its dict storage need not follow (and a
+            // dict's insertion order in `dict_insertion_ordered` mode).
             let keys = iter_to_list(&obj)?;
             let base = self.pending.len();
             for key in keys.iter() {

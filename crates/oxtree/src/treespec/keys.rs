@@ -21,7 +21,8 @@ pub enum KeyStyle {
     Raw,
     /// JAX's key objects: SequenceKey, DictKey, GetAttrKey, FlattenedIndexKey.
     Keys,
-    /// `(raw entry, node type, PyTreeKind)` triples, from which Python builds accessors.
+    /// `(raw entry, node type, PyTreeKind)` triples, from which Python builds accessors, with
+    /// the registration's `path_entry_type` as a fourth item when it has one.
     Steps,
 }
 
@@ -191,7 +192,15 @@ pub fn child_key<'py>(
         KeyStyle::Steps => {
             let ty = node.py_type(py).unwrap_or_else(|| py.None().into_bound(py));
             let kind = node.kind.to_py(py)?;
-            Ok(PyTuple::new(py, [raw_key(py, node, j)?, ty, kind])?.into_any())
+            let raw = raw_key(py, node, j)?;
+            // A registration's own entry class rides along as a fourth item.
+            match node.custom().and_then(|r| r.path_entry_type.as_ref()) {
+                Some(entry_type) => {
+                    let entry_type = entry_type.bind(py).clone();
+                    Ok(PyTuple::new(py, [raw, ty, kind, entry_type])?.into_any())
+                }
+                None => Ok(PyTuple::new(py, [raw, ty, kind])?.into_any()),
+            }
         }
         KeyStyle::Keys => {
             // Most children are in tuples and lists, whose keys need no payload lookup.

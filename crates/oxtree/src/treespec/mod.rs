@@ -656,7 +656,8 @@ impl PyTreeSpec {
         let index = if index < 0 { index + n } else { index };
         if index < 0 || index >= n {
             return Err(TreeError::Index(format!(
-                "PyTreeSpec.child: index {index} out of range for a node with {n} children"
+                "PyTreeSpec::Child() index out of range. \
+                 (index {index}, a node with {n} children)"
             ))
             .into());
         }
@@ -726,7 +727,8 @@ impl PyTreeSpec {
         let i = if index < 0 { index + n } else { index };
         if i < 0 || i >= n {
             return Err(TreeError::Index(format!(
-                "PyTreeSpec.entry: index {index} out of range for a node with {n} children"
+                "PyTreeSpec::Entry() index out of range. \
+                 (index {index}, a node with {n} children)"
             ))
             .into());
         }

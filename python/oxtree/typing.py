@@ -1,0 +1,299 @@
+"""Type annotations for pytrees, as ``optree.typing`` offers them.
+
+``PyTree[T]`` is the union of ``T`` and every container kind holding ``PyTree[T]``;
+``PyTreeTypeVar('Name', T)`` is the same union under a name of its own.
+
+>>> from oxtree.typing import PyTree
+>>> PyTree[int]  # doctest: +NORMALIZE_WHITESPACE
+typing.Union[int, tuple[ForwardRef('PyTree[int]'), ...], list[ForwardRef('PyTree[int]')],
+    dict[typing.Any, ForwardRef('PyTree[int]')], collections.deque[ForwardRef('PyTree[int]')],
+    oxtree.typing.CustomTreeNode[ForwardRef('PyTree[int]')]]
+"""
+
+# optree.typing exports typing's old aliases (Tuple, List, Dict, ...) and builds unions with
+# them; the modern spellings would change what users get.
+# ruff: noqa: UP007, UP035, UP045
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import functools
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import (
+    Any,
+    ClassVar,
+    DefaultDict,
+    Deque,
+    Dict,
+    ForwardRef,
+    Generic,
+    List,
+    NamedTuple,
+    Optional,
+    Protocol,
+    Tuple,
+    TypeVar,
+    Union,
+    final,
+    get_origin,
+    runtime_checkable,
+)
+from weakref import WeakKeyDictionary
+
+from oxtree._core import PyTreeKind, PyTreeSpec
+from oxtree.accessors import (
+    AutoEntry,
+    DataclassEntry,
+    FlattenedEntry,
+    GetAttrEntry,
+    GetItemEntry,
+    MappingEntry,
+    NamedTupleEntry,
+    PyTreeAccessor,
+    PyTreeEntry,
+    SequenceEntry,
+    StructSequenceEntry,
+)
+from oxtree.types import (
+    is_namedtuple,
+    is_namedtuple_class,
+    is_namedtuple_instance,
+    is_structseq,
+    is_structseq_class,
+    is_structseq_instance,
+    namedtuple_fields,
+    structseq_fields,
+)
+
+__all__ = [
+    "PyTreeSpec",
+    "PyTreeDef",
+    "PyTreeKind",
+    "PyTree",
+    "PyTreeTypeVar",
+    "CustomTreeNode",
+    "Children",
+    "MetaData",
+    "FlattenFunc",
+    "UnflattenFunc",
+    "PyTreeEntry",
+    "GetItemEntry",
+    "GetAttrEntry",
+    "FlattenedEntry",
+    "AutoEntry",
+    "SequenceEntry",
+    "MappingEntry",
+    "NamedTupleEntry",
+    "StructSequenceEntry",
+    "DataclassEntry",
+    "PyTreeAccessor",
+    "is_namedtuple",
+    "is_namedtuple_class",
+    "is_namedtuple_instance",
+    "namedtuple_fields",
+    "is_structseq",
+    "is_structseq_class",
+    "is_structseq_instance",
+    "structseq_fields",
+    "T",
+    "S",
+    "U",
+    "KT",
+    "VT",
+    "P",
+    "F",
+    "Iterable",
+    "Sequence",
+    "Tuple",
+    "List",
+    "Dict",
+    "NamedTuple",
+    "OrderedDict",
+    "DefaultDict",
+    "Deque",
+    "StructSequence",
+]
+
+PyTreeDef = PyTreeSpec
+
+T = TypeVar("T")
+S = TypeVar("S")
+U = TypeVar("U")
+KT = TypeVar("KT")
+VT = TypeVar("VT")
+P = TypeVar("P")  # optree's name for a parameter variable
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The children of a node, as a flatten function returns them.
+Children = Iterable[T]
+#: A node's auxiliary data, kept in the treespec (must be hashable).
+MetaData = Optional[Hashable]
+
+
+@runtime_checkable
+class CustomTreeNode(Protocol[T]):
+    """The protocol of a class that flattens itself: ``__tree_flatten__`` and
+    ``__tree_unflatten__``.
+
+    >>> class Pair:
+    ...     def __init__(self, a, b): self.a, self.b = a, b
+    ...     def __tree_flatten__(self): return (self.a, self.b), None
+    ...     @classmethod
+    ...     def __tree_unflatten__(cls, metadata, children): return cls(*children)
+    >>> isinstance(Pair(1, 2), CustomTreeNode)
+    True
+    """
+
+    def __tree_flatten__(
+        self, /
+    ) -> tuple[Children[T], MetaData] | tuple[Children[T], MetaData, Iterable[Any] | None]:
+        """The children, the metadata and (optionally) the children's path entries."""
+
+    @classmethod
+    def __tree_unflatten__(cls, metadata: MetaData, children: Children[T], /) -> CustomTreeNode[T]:
+        """Rebuilds an instance from its metadata and children."""
+
+
+class FlattenFunc(Protocol[T]):
+    """The type of a flatten function: container -> (children, metadata[, entries]).
+
+    >>> def flatten(pair) -> tuple[tuple[int, int], None]: return (pair.a, pair.b), None
+    >>> f: FlattenFunc[int] = flatten
+    """
+
+    @abc.abstractmethod
+    def __call__(
+        self, container: Any, /
+    ) -> tuple[Children[T], MetaData] | tuple[Children[T], MetaData, Iterable[Any] | None]:
+        """Takes the container apart."""
+
+
+class UnflattenFunc(Protocol[T]):
+    """The type of an unflatten function: (metadata, children) -> container.
+
+    >>> def unflatten(metadata, children) -> list[int]: return list(children)
+    >>> f: UnflattenFunc[int] = unflatten
+    """
+
+    @abc.abstractmethod
+    def __call__(self, metadata: MetaData, children: Children[T], /) -> Any:
+        """Puts the container back together."""
+
+
+def _type_name(param: Any) -> str:
+    if isinstance(param, TypeVar):
+        return param.__name__
+    if isinstance(param, type):
+        if param.__module__ == "builtins":
+            return param.__qualname__
+        return f"{param.__module__}.{getattr(param, '__qualname__', param.__name__)}"
+    return repr(param)
+
+
+class PyTree(Generic[T]):
+    """The type of a pytree whose leaves are ``T``: ``PyTree[T]`` (or ``PyTree[T, 'Name']``).
+
+    A special form: it is never instantiated nor subclassed.
+
+    >>> PyTree[int, 'IntTree'].__args__[:2]
+    (<class 'int'>, tuple[ForwardRef('IntTree'), ...])
+    """
+
+    __slots__: ClassVar[tuple[()]] = ()
+    # Every union made here, with its parameter and name: PyTree[PyTree[T]] is PyTree[T].
+    __instances__: ClassVar[WeakKeyDictionary[Any, tuple[Any, str | None]]] = WeakKeyDictionary()
+    __instance_lock__: ClassVar[threading.Lock] = threading.Lock()
+
+    def __class_getitem__(cls, item: Any) -> Any:  # type: ignore[override]
+        try:
+            return _pytree_union(cls, item)
+        except TypeError as ex:
+            if "unhashable" not in str(ex):
+                raise
+            return _pytree_union.__wrapped__(cls, item)
+
+    def __new__(cls, /) -> Any:
+        raise TypeError("Cannot instantiate special typing classes.")
+
+    def __init_subclass__(cls, /, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("Cannot subclass special typing classes.")
+
+
+@functools.cache
+def _pytree_union(cls: Any, item: Any) -> Any:
+    if not isinstance(item, tuple):
+        item = (item, None)
+    if len(item) == 1:
+        item = (item[0], None)
+    if len(item) != 2 or (item[1] is not None and not isinstance(item[1], str)):
+        raise TypeError(
+            f"{cls.__name__}[...] only supports a tuple of 2 items, "
+            f"a parameter and a string of type name, got {item!r}."
+        )
+    param, name = item
+    if get_origin(param) is Union:
+        with cls.__instance_lock__:
+            try:
+                if param in cls.__instances__:
+                    return param
+            except TypeError:
+                pass
+    ref = ForwardRef(name if name is not None else f"{cls.__name__}[{_type_name(param)}]")
+    alias = Union[
+        param,
+        tuple[ref, ...],  # tuple, namedtuple, struct sequence
+        list[ref],
+        dict[Any, ref],  # dict, OrderedDict, defaultdict
+        deque[ref],
+        CustomTreeNode[ref],
+    ]
+    with cls.__instance_lock__, contextlib.suppress(TypeError):
+        cls.__instances__[alias] = (param, name)
+    return alias
+
+    def __new__(cls, /) -> Any:
+        raise TypeError("Cannot instantiate special typing classes.")
+
+    def __init_subclass__(cls, /, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("Cannot subclass special typing classes.")
+
+
+class PyTreeTypeVar:
+    """``PyTreeTypeVar('Name', T)``: the type ``PyTree[T]`` under the name ``Name``.
+
+    >>> PyTreeTypeVar('IntTree', int) == PyTree[int, 'IntTree']
+    True
+    """
+
+    def __new__(cls, /, name: str, param: Any) -> Any:  # type: ignore[misc]
+        if not isinstance(name, str):
+            raise TypeError(f"{cls.__name__} only supports a string of type name, got {name!r}.")
+        return PyTree[param, name]  # type: ignore[misc]
+
+    def __init_subclass__(cls, /, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("Cannot subclass special typing classes.")
+
+
+class _StructSequenceMeta(type):
+    def __subclasscheck__(cls, subclass: Any, /) -> bool:
+        return is_structseq_class(subclass)
+
+    def __instancecheck__(cls, instance: Any, /) -> bool:
+        return is_structseq_instance(instance)
+
+
+@final
+class StructSequence(tuple, metaclass=_StructSequenceMeta):  # type: ignore[type-arg]
+    """The type of CPython's struct sequences (``time.struct_time``, ``sys.float_info``):
+    ``isinstance`` and ``issubclass`` ask the core."""
+
+    __slots__: ClassVar[tuple[()]] = ()
+
+    def __init_subclass__(cls, /) -> None:
+        raise TypeError("type 'StructSequence' is not an acceptable base type")
+
+
+structseq = StructSequence
