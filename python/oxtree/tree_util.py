@@ -317,6 +317,18 @@ def tree_broadcast(
     return full_def.unflatten(out)
 
 
+def prefix_errors(
+    prefix_tree: Any, full_tree: Any, is_leaf: Callable[[Any], bool] | None = None
+) -> list[Callable[[str], ValueError]]:
+    """Where ``prefix_tree`` is not a prefix of ``full_tree``, in JAX's words: callables
+    that take the prefix tree's name and return the ValueError (JAX's private helper).
+
+    >>> [e('in_axes').args[0].splitlines()[:2] for e in prefix_errors([1], [2, 3])]
+    [['pytree structure error: different lengths of list at key path', '    in_axes']]
+    """
+    return _core._prefix_errors(prefix_tree, full_tree, is_leaf, jax=True)
+
+
 def _one_level(tree: Any) -> tuple[list[Any], PyTreeDef]:
     children, treedef = _core._flatten_one_level(tree, jax=True)
     if treedef.num_nodes == 1 and treedef.num_leaves == 1:

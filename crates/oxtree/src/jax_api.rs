@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
 use crate::api;
+use crate::errors::Invariant;
 use crate::treespec::flatten::Options;
 use crate::treespec::keys::KeyStyle;
 use crate::treespec::{Face, PyTreeSpec};
@@ -85,7 +86,8 @@ fn tree_map<'py>(
     rest: &Bound<'py, PyTuple>,
     is_leaf: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    Ok(api::map_impl(f, tree, rest, &jax_opts(is_leaf, false), true)?.expect("results were kept"))
+    api::map_impl(f, tree, rest, &jax_opts(is_leaf, false), true)?
+        .invariant("tree_map kept no result")
 }
 
 /// Whether every item of `iterable` is a leaf.

@@ -11,6 +11,7 @@ pub mod flatten;
 pub mod keys;
 pub mod ops;
 mod pickle;
+pub mod prefix;
 mod repr;
 mod traverse;
 mod unflatten;

@@ -6,6 +6,7 @@
 use pyo3::prelude::*;
 
 use super::{custom, Face, PyTreeSpec};
+use crate::errors::Invariant;
 use crate::kind::Kind;
 use crate::types;
 
@@ -129,7 +130,9 @@ pub fn body_labelled(
                     }
                 }
                 Kind::Custom => {
-                    let reg = node.custom().expect("kept");
+                    let reg = node
+                        .custom()
+                        .invariant("a custom node without its registration")?;
                     let aux = node.kept_data(py);
                     let name = reg.name(py);
                     match custom::child_names(reg) {
@@ -196,7 +199,9 @@ fn jax_custom_label(py: Python<'_>, node: &super::Node) -> PyResult<(String, Str
         ),
         _ => {
             // JAX prints a custom node's aux data with str().
-            let reg = node.custom().expect("kept");
+            let reg = node
+                .custom()
+                .invariant("a custom node without its registration")?;
             (reg.name(py), data().str()?.to_string())
         }
     })
