@@ -326,3 +326,12 @@ def test_forged_treedef_raises_instead_of_panicking() -> None:
             assert "please report this to oxtree" in str(info.value)
     assert re.search(r"PyTreeDef", repr(forged))
     pickle.dumps(forged)
+
+
+@pytest.mark.parametrize(("prefix", "full"), [([1, 2], [1]), ({"a": 1}, {"b": 2}), ((1,), [1])])
+def test_jax_broadcast_speaks_jax(prefix: Any, full: Any) -> None:
+    import jax
+
+    theirs = _outcome(lambda: jax.tree.broadcast(prefix, full))
+    ours = _outcome(lambda: oxtree.tree.broadcast(prefix, full))
+    assert ours == theirs

@@ -309,7 +309,14 @@ def tree_broadcast(
     """
     # `is_leaf` applies to the prefix only, as in JAX.
     prefix_leaves, prefix_def = tree_flatten(prefix_tree, is_leaf)
-    subtrees = prefix_def.flatten_up_to(full_tree)
+    try:
+        subtrees = prefix_def.flatten_up_to(full_tree)
+    except ValueError:
+        # JAX's report: its first prefix error, naming the prefix `broadcast_prefix prefix_tree`.
+        errors = prefix_errors(prefix_tree, full_tree)
+        if not errors:
+            raise
+        raise errors[0]("broadcast_prefix prefix_tree") from None
     full_def = tree_structure(full_tree)
     out: list[Any] = []
     for leaf, sub in zip(prefix_leaves, subtrees, strict=True):
