@@ -523,7 +523,7 @@ def test_broadcast_common_errors_name_the_path() -> None:
         optree.tree_broadcast_common((1, 2), [1, 2])
     with pytest.raises(ValueError, match="incompatible node types") as ours:
         ops.tree_broadcast_common((1, 2), [1, 2])
-    assert str(ours.value) == str(theirs.value)
+    assert str(ours.value).startswith(str(theirs.value))
     for tree, other, path in [
         ({"a": (1, 2)}, {"a": (1, 2, 3)}, "tree['a']"),
         ([{"a": 1}], [{"b": 1}], "tree[0]"),

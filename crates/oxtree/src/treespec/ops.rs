@@ -110,6 +110,47 @@ fn matching_children(
     Ok(None)
 }
 
+/// The error for treespecs with no common suffix: the first difference in optree's order
+/// (it compares the rightmost children first), found again on this cold path; `found` is
+/// the one the left-to-right walk met.
+#[cold]
+#[inline(never)]
+fn suffix_mismatch(
+    py: Python<'_>,
+    a: &PyTreeSpec,
+    b: &PyTreeSpec,
+    found: (usize, usize),
+) -> PyResult<PyErr> {
+    let mut pairs = vec![(a.nodes.len() - 1, b.nodes.len() - 1)];
+    let mut first = found;
+    while let Some((i, j)) = pairs.pop() {
+        let (x, y) = (&a.nodes[i], &b.nodes[j]);
+        if x.kind == Kind::Leaf || y.kind == Kind::Leaf {
+            continue;
+        }
+        let Some(order) = matching_children(py, a.face, x, y)? else {
+            first = (i, j);
+            break;
+        };
+        let theirs = b.child_indices(j);
+        // Left to right onto the stack: the rightmost pair is compared first.
+        pairs.extend(
+            a.child_indices(i)
+                .into_iter()
+                .zip(order.into_iter().map(|k| theirs[k])),
+        );
+    }
+    let (i, j) = first;
+    let (x, y) = (&a.nodes[i], &b.nodes[j]);
+    Ok(TreeError::SpecStructure {
+        mismatch: spec_mismatch(py, x, y)?,
+        expected: super::traverse::expected_of(py, x),
+        got: super::traverse::expected_of(py, y),
+        path: Some(a.path_to(py, i, "tree")),
+    }
+    .into())
+}
+
 /// How node `y` differs from node `x` where it cannot stand for it, in the order optree
 /// checks (kind, then arity or keys, then type, then aux data).
 #[cold]
@@ -199,14 +240,7 @@ pub fn common_suffix(py: Python<'_>, a: &PyTreeSpec, b: &PyTreeSpec) -> PyResult
                     out.append(&mut a.subtree(py, i).nodes);
                 } else {
                     let Some(order) = matching_children(py, a.face, x, y)? else {
-                        let path = Some(a.path_to(py, i, "tree"));
-                        return Err(TreeError::SpecStructure {
-                            mismatch: spec_mismatch(py, x, y)?,
-                            expected: super::traverse::expected_of(py, x),
-                            got: super::traverse::expected_of(py, y),
-                            path,
-                        }
-                        .into());
+                        return Err(suffix_mismatch(py, a, b, (i, j))?);
                     };
                     tasks.push(Task::Emit(i, out.len(), leaves));
                     let theirs = b.child_indices(j);
