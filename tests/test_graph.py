@@ -778,9 +778,9 @@ def test_none_is_leaf() -> None:
 
 def test_wrong_leaf_count_names_both_counts() -> None:
     _, gd = graph_flatten({"a": [1, 2], "b": 3})
-    with pytest.raises(ValueError, match=r"expected 3, got 2"):
+    with pytest.raises(ValueError, match=r"expected: 3, got: 2"):
         graph_unflatten(gd, [1, 2])
-    with pytest.raises(ValueError, match=r"expected 3, got 4"):
+    with pytest.raises(ValueError, match=r"expected: 3\. Got: 4"):
         gd.unflatten([1, 2, 3, 4])
 
 

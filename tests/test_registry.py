@@ -1609,8 +1609,7 @@ def test_mismatch_inside_custom_node(reg: Registrations) -> None:
     # The path reads as keystr prints the key path: FlattenedIndexKey(1) is [<flat index 1>].
     with pytest.raises(ValueError, match=r"tree\[0\]\[<flat index 1>\]") as info:
         oxtree.tree_map(lambda a, b: a, [Box(0, (1, 2))], [Box(0, [1, 2])])
-    assert "tuple" in str(info.value)
-    assert "list" in str(info.value)
+    assert str(info.value).startswith("Expected an instance of tuple, got [1, 2].")
 
 
 def test_mismatch_dataclass_field_path(reg: Registrations) -> None:

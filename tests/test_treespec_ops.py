@@ -387,12 +387,16 @@ def test_broadcast_mismatch_is_value_error_naming_the_path(
 ) -> None:
     a, a_theirs = specs(left, False)
     b, b_theirs = specs(right, False)
-    for x, y in ((a, b), (b, a)):
-        with pytest.raises(ValueError, match="mismatch") as info:
+    for (x, y), (x_theirs, y_theirs) in (
+        ((a, b), (a_theirs, b_theirs)),
+        ((b, a), (b_theirs, a_theirs)),
+    ):
+        # optree's message first, then the key path.
+        with pytest.raises(ValueError, match=r"(?i)mismatch|incompatible") as theirs:
+            x_theirs.broadcast_to_common_suffix(y_theirs)
+        with pytest.raises(ValueError, match="Mismatch at key path") as info:
             x.broadcast_to_common_suffix(y)
-        assert f"at {path} " in str(info.value), str(info.value)
-    with pytest.raises(ValueError, match=r"(?i)mismatch|incompatible"):  # optree agrees
-        a_theirs.broadcast_to_common_suffix(b_theirs)
+        assert str(info.value) == f"{theirs.value}\nMismatch at key path: {path}"
 
 
 def test_broadcast_rejects_mixed_none_is_leaf_and_non_specs() -> None:

@@ -58,6 +58,8 @@ __all__ = [
     "_flatten_with_steps",
     "jax",
     "_flatten_one_level",
+    "PrefixError",
+    "_prefix_errors",
 ]
 
 MAX_RECURSION_DEPTH: Final[int]
@@ -377,6 +379,21 @@ jax: _types.ModuleType
 def _flatten_one_level(
     tree: Any, /, *, none_is_leaf: bool = False, namespace: str = "", jax: bool = False
 ) -> tuple[list[Any], PyTreeSpec]: ...
+
+@final
+class PrefixError:
+    def __call__(self, name: str) -> ValueError: ...
+
+def _prefix_errors(
+    prefix_tree: Any,
+    full_tree: Any,
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+    jax: bool = False,
+) -> list[PrefixError]: ...
 
 # Graphs: shared and cyclic references.
 @final

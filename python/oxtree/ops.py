@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict, defaultdict, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from oxtree import _core
@@ -100,8 +100,6 @@ class _Hole:
 
 _HOLE = _Hole()
 
-_DICT_KINDS = frozenset({PyTreeKind.DICT, PyTreeKind.ORDEREDDICT, PyTreeKind.DEFAULTDICT})
-
 
 # --------------------------------------------------------------------------------------------------
 # Helpers: one-level views of nodes, describing and comparing nodes, an iterative zip-walk.
@@ -137,69 +135,6 @@ def _trail_str(trail: _Trail) -> str:
 
 def _type_name(cls: type | None) -> str:
     return "None" if cls is None or cls is type(None) else cls.__qualname__
-
-
-def _describe(spec: PyTreeSpec, obj: Any = MISSING) -> str:
-    """A short description of ``spec``'s root node, for error messages."""
-    if spec.is_leaf():
-        return "a leaf" if obj is MISSING else f"a leaf of type {_type_name(type(obj))}"
-    kind = spec.kind
-    name = _type_name(spec.type)
-    if kind == PyTreeKind.NONE:
-        return "None"
-    if kind in _DICT_KINDS:
-        return f"{name} with keys {list(spec.entries())!r}"
-    if kind == PyTreeKind.NAMEDTUPLE:
-        return f"namedtuple {name} of length {spec.num_children}"
-    if kind == PyTreeKind.CUSTOM:
-        return f"{name} node with {spec.num_children} children and node data {spec.node_data()!r}"
-    return f"{name} of length {spec.num_children}"
-
-
-def _node_mismatch(expected: PyTreeSpec, got: PyTreeSpec) -> str | None:
-    """Why ``got``'s root node cannot stand where ``expected``'s does (None when it can).
-
-    Like optree, the three dict kinds are interchangeable (their keys must match as sets) and a
-    deque's maxlen is not compared.
-    """
-    if got.is_leaf() or expected.is_leaf():
-        return "different types" if got.is_leaf() != expected.is_leaf() else None
-    if expected.kind in _DICT_KINDS and got.kind in _DICT_KINDS:
-        expected_keys, got_keys = list(expected.entries()), list(got.entries())
-        if set(expected_keys) == set(got_keys):
-            return None
-        missing = [key for key in expected_keys if key not in set(got_keys)]
-        extra = [key for key in got_keys if key not in set(expected_keys)]
-        parts = ["different keys"]
-        if missing:
-            parts.append(f"missing key(s) {missing!r}")
-        if extra:
-            parts.append(f"extra key(s) {extra!r}")
-        return "; ".join(parts)
-    if expected.kind != got.kind or expected.type is not got.type:
-        return "different types"
-    if expected.num_children != got.num_children:
-        return "different numbers of children"
-    if expected.kind == PyTreeKind.CUSTOM and not _same_data(expected.node_data(), got.node_data()):
-        return "different node data"
-    return None
-
-
-def _same_data(first: Any, second: Any) -> bool:
-    if first is second:
-        return True
-    try:
-        return bool(first == second)
-    except Exception:  # an array, say: not comparable, so not the same
-        return False
-
-
-def _matched_children(spec: PyTreeSpec, other: PyTreeSpec) -> list[PyTreeSpec]:
-    """``other``'s children in the order of ``spec``'s (by key for dicts, else by position)."""
-    if spec.kind in _DICT_KINDS:
-        position = {key: index for index, key in enumerate(other.entries())}
-        return [other.child(position[key]) for key in spec.entries()]
-    return other.children()
 
 
 def _zip_walk(root: Any, expand: Callable[[Any], tuple[bool, Any, Any]]) -> Any:
@@ -314,44 +249,9 @@ def broadcast_prefix(
     return _repeat_leaves(leaves, pieces)
 
 
-def _python_common_suffix(first: PyTreeSpec, second: PyTreeSpec) -> PyTreeSpec:
-    """optree's lenient common suffix (dict kinds interchangeable, deque maxlen ignored), built
-    one level at a time; the node types where both have a node are ``first``'s."""
-
-    def expand(item: tuple[PyTreeSpec, PyTreeSpec, _Trail]) -> tuple[bool, Any, Any]:
-        a, b, path = item
-        if a.is_leaf():
-            return True, b.unflatten([_HOLE] * b.num_leaves), None
-        if b.is_leaf():
-            return True, a.unflatten([_HOLE] * a.num_leaves), None
-        reason = _node_mismatch(a, b)
-        if reason is not None:
-            raise ValueError(
-                f"tree structure mismatch at tree{_trail_str(path)}: {reason}: "
-                f"expected {_describe(a)}, got {_describe(b)}"
-            )
-        node = a.one_level()
-        assert node is not None
-        keys = [(path, key) for key in node.key_paths()]
-        items = list(zip(a.children(), _matched_children(a, b), keys, strict=True))
-        return False, node.unflatten, items
-
-    skeleton = _zip_walk((first, second, None), expand)
-    return tree_structure(
-        skeleton,
-        none_is_leaf=first.none_is_leaf,
-        namespace=first.namespace or second.namespace,
-    )
-
-
 def _common_suffix(first: PyTreeSpec, second: PyTreeSpec) -> PyTreeSpec:
     """The smallest structure both treespecs are prefixes of."""
-    try:
-        return first.broadcast_to_common_suffix(second)
-    except ValueError:
-        # The core is strict about dict kinds and deque maxlen where optree is lenient: redo it
-        # here, which either succeeds or raises with the key path of the real mismatch.
-        return _python_common_suffix(first, second)
+    return first.broadcast_to_common_suffix(second)
 
 
 def _broadcast_all(
@@ -520,19 +420,6 @@ def _shorten(obj: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _prefix_error(path: _Trail, reason: str, expected: str, got: str, subtree: str) -> Any:
-    location = _trail_str(path)
-
-    def make(name: str) -> ValueError:
-        where = f"{name}{location}" if location else f"{name} (the tree root)"
-        return ValueError(
-            f"pytree structure error at key path {where}: {reason}: the prefix tree {name} has "
-            f"{expected} there, but the full tree has {got}: {subtree}"
-        )
-
-    return make
-
-
 def prefix_errors(
     prefix_tree: Any,
     full_tree: Any,
@@ -550,50 +437,24 @@ def prefix_errors(
 
     >>> for make_error in prefix_errors((None, {'k': (0, 1)}), (1, {'k': [2, 3]})):
     ...     print(make_error('in_axes'))
-    pytree structure error at key path in_axes[0]: different types: the prefix tree in_axes has None there, but the full tree has a leaf of type int: 1
-    pytree structure error at key path in_axes[1]['k']: different types: the prefix tree in_axes has tuple of length 2 there, but the full tree has list of length 2: [2, 3]
+    pytree structure error: different types at key path
+        in_axes[0]
+    At that key path, the prefix pytree in_axes has a subtree of type
+        <class 'NoneType'>
+    but at the same key path the full pytree has a subtree of different type
+        <class 'int'>.
+    pytree structure error: different types at key path
+        in_axes[1]['k']
+    At that key path, the prefix pytree in_axes has a subtree of type
+        <class 'tuple'>
+    but at the same key path the full pytree has a subtree of different type
+        <class 'list'>.
     >>> prefix_errors((None, 0), (None, {'k': [2, 3]}))
     []
     """
-    spec = tree_structure(prefix_tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
-    try:
-        spec.flatten_up_to(full_tree)
-    except ValueError:
-        pass
-    else:
-        return []
-    # One pass over the prefix's nodes in pre-order (`_outline`, linear even 100,000 deep),
-    # matching each against the full tree's subtree at the same place; below a mismatch,
-    # nothing more is compared.
-    errors: list[Callable[[str], ValueError]] = []
-    outline = spec._outline()
-    children: dict[int, Iterator[Any]] = {}  # a matched node -> the full tree's children there
-    trails: list[_Trail] = [None] * len(outline)
-    for index, (parent, key, node) in enumerate(outline):
-        if parent < 0:
-            subtree, trail = full_tree, None
-        else:
-            siblings = children.get(parent)
-            if siblings is None:  # under a mismatch
-                continue
-            subtree = next(siblings)
-            trail = (trails[parent], (key,))
-        if node is None:
-            continue
-        try:
-            found = node.flatten_up_to(subtree)
-        except ValueError:
-            got = _one_level_spec(subtree, none_is_leaf, namespace)
-            reason = _node_mismatch(node, got) or "different structures"
-            errors.append(
-                _prefix_error(
-                    trail, reason, _describe(node), _describe(got, subtree), _shorten(subtree)
-                )
-            )
-            continue
-        children[index] = iter(found)
-        trails[index] = trail
-    return errors
+    return _core._prefix_errors(
+        prefix_tree, full_tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+    )
 
 
 # --------------------------------------------------------------------------------------------------

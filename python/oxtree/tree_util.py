@@ -355,10 +355,26 @@ def tree_broadcast(
     prefix_leaves, prefix_def = tree_flatten(prefix_tree, is_leaf)
     full_def = tree_structure(full_tree)
     if not prefix_def <= full_def:
+        # JAX's report: its first prefix error, naming the prefix `broadcast_prefix prefix_tree`.
+        errors = prefix_errors(prefix_tree, full_tree)
+        if errors:
+            raise errors[0]("broadcast_prefix prefix_tree") from None
         # The walk against the full tree names where the two differ.
         prefix_def.flatten_up_to(full_tree)
     leaves = broadcast_flattened_prefix_with_treedef(prefix_leaves, prefix_def, full_def)
     return full_def.unflatten(leaves)
+
+
+def prefix_errors(
+    prefix_tree: Any, full_tree: Any, is_leaf: Callable[[Any], bool] | None = None
+) -> list[Callable[[str], ValueError]]:
+    """Where ``prefix_tree`` is not a prefix of ``full_tree``, in JAX's words: callables
+    that take the prefix tree's name and return the ValueError (JAX's private helper).
+
+    >>> [e('in_axes').args[0].splitlines()[:2] for e in prefix_errors([1], [2, 3])]
+    [['pytree structure error: different lengths of list at key path', '    in_axes']]
+    """
+    return _core._prefix_errors(prefix_tree, full_tree, is_leaf, jax=True)
 
 
 def _one_level(tree: Any) -> tuple[list[Any], PyTreeDef]:

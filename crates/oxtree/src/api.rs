@@ -1,9 +1,10 @@
 //! The functions `oxtree` exports: each crosses the Python/Rust boundary once.
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
-use crate::errors::{type_name, TreeError};
+use crate::errors::{type_name, Invariant, TreeError};
 use crate::registry;
 use crate::treespec::flatten::{self, Class, Flat, Options, Walked};
 use crate::treespec::keys::{self, KeyStyle};
@@ -198,7 +199,9 @@ pub fn map_impl<'py>(
             }
         }
     } else {
-        let others = registry::with_registry(|reg| flatten_rests(&spec, rests, reg))?;
+        let others = registry::with_registry(|reg| {
+            flatten_rests(&spec, tree, rests, opts, "tree_map", reg)
+        })?;
         for (i, leaf) in flat.leaves.iter().enumerate() {
             let r = if let [other] = others.as_slice() {
                 func.call1((leaf, &other[i]))?
@@ -220,21 +223,31 @@ pub fn map_impl<'py>(
     }
 }
 
-/// Each of `rests` flattened up to `spec`, errors naming which one differs.
+/// Each of `rests` flattened up to `spec`, the treespec of `tree`; errors naming which one
+/// differs. On the JAX face a mismatch is described as JAX's `tree_map` does: the first prefix
+/// error of `tree` against that tree, naming the prefix `{caller} tree`.
 fn flatten_rests<'py>(
     spec: &PyTreeSpec,
+    tree: &Bound<'py, PyAny>,
     rests: &Bound<'py, PyTuple>,
+    opts: &Options<'_, 'py>,
+    caller: &str,
     reg: &registry::Registry,
 ) -> PyResult<Vec<Vec<Bound<'py, PyAny>>>> {
     let mut others = Vec::with_capacity(rests.len());
     for (i, rest) in rests.iter().enumerate() {
         let which = format!("rests[{i}]");
-        others.push(crate::treespec::flatten_up_to(
-            spec,
-            &rest,
-            reg,
-            Some(&which),
-        )?);
+        match crate::treespec::flatten_up_to(spec, &rest, reg, Some(&which)) {
+            Ok(found) => others.push(found),
+            Err(err) if spec.face == Face::Jax && err.is_instance_of::<PyValueError>(tree.py()) => {
+                let errors = crate::treespec::prefix::prefix_errors(tree, &rest, opts, reg)?;
+                return Err(match errors.first() {
+                    Some(first) => PyValueError::new_err(first.render(&format!("{caller} tree"))),
+                    None => err,
+                });
+            }
+            Err(err) => return Err(err),
+        }
     }
     Ok(others)
 }
@@ -333,7 +346,9 @@ pub fn map_with_paths_impl<'py>(
         );
     }
     let (paths, leaves, spec) = paths_impl(tree, opts, style)?;
-    let others = registry::with_registry(|reg| flatten_rests(&spec, rests, reg))?;
+    let others = registry::with_registry(|reg| {
+        flatten_rests(&spec, tree, rests, opts, "tree_map_with_path", reg)
+    })?;
     let mut results = Vec::with_capacity(leaves.len());
     for (i, (path, leaf)) in paths.into_iter().zip(leaves).enumerate() {
         let r = if others.is_empty() {
@@ -427,7 +442,7 @@ pub fn tree_map<'py>(
     namespace: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
     let opts = Options::new(is_leaf, none_is_leaf, namespace);
-    Ok(map_impl(func, tree, rests, &opts, true)?.expect("results were kept"))
+    map_impl(func, tree, rests, &opts, true)?.invariant("tree_map kept no result")
 }
 
 /// Calls `func` on the leaves of `tree` (and `rests`) for its side effects; returns `tree`.

@@ -408,9 +408,10 @@ pub fn graph_unflatten<'py>(
     let expected = gd.num_leaves(py);
     if leaves.len() != expected {
         return Err(TreeError::LeafCount {
+            face: crate::treespec::Face::Optree,
+            what: "GraphDef",
             expected,
             got: leaves.len(),
-            spec: repr(gd, py).unwrap_or_else(|_| "GraphDef".into()),
         }
         .into());
     }

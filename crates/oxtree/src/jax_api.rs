@@ -8,6 +8,7 @@ use pyo3::types::{PyList, PyTuple};
 use crate::api;
 use crate::errors::TreeError;
 use crate::kind::Kind;
+use crate::errors::Invariant;
 use crate::treespec::flatten::Options;
 use crate::treespec::keys::KeyStyle;
 use crate::treespec::{ops, Face, PyTreeSpec};
@@ -87,7 +88,8 @@ fn tree_map<'py>(
     rest: &Bound<'py, PyTuple>,
     is_leaf: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    Ok(api::map_impl(f, tree, rest, &jax_opts(is_leaf, false), true)?.expect("results were kept"))
+    api::map_impl(f, tree, rest, &jax_opts(is_leaf, false), true)?
+        .invariant("tree_map kept no result")
 }
 
 /// Whether every item of `iterable` is a leaf.

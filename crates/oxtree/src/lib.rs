@@ -53,5 +53,6 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     paths::register(m)?;
     jax_api::register(m)?;
     graph::register(m)?;
+    treespec::prefix::register(m)?;
     Ok(())
 }

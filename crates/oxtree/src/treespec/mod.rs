@@ -11,6 +11,7 @@ pub mod flatten;
 pub mod keys;
 pub mod ops;
 mod pickle;
+pub mod prefix;
 mod proto;
 mod repr;
 mod traverse;

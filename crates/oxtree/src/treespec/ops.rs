@@ -4,7 +4,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use super::{compare, Node, PyTreeSpec};
-use crate::errors::TreeError;
+use crate::errors::{Invariant, SpecMismatch, TreeError};
 use crate::kind::Kind;
 
 /// optree's node data of a node: None for sequences and None, the key list for mappings,
@@ -129,6 +129,80 @@ fn matching_children(
     Ok(None)
 }
 
+/// The error for treespecs with no common suffix: the first difference in optree's order
+/// (it compares the rightmost children first), found again on this cold path; `found` is
+/// the one the left-to-right walk met.
+#[cold]
+#[inline(never)]
+fn suffix_mismatch(
+    py: Python<'_>,
+    a: &PyTreeSpec,
+    b: &PyTreeSpec,
+    found: (usize, usize),
+) -> PyResult<PyErr> {
+    let mut pairs = vec![(a.nodes.len() - 1, b.nodes.len() - 1)];
+    let mut first = found;
+    while let Some((i, j)) = pairs.pop() {
+        let (x, y) = (&a.nodes[i], &b.nodes[j]);
+        if x.kind == Kind::Leaf || y.kind == Kind::Leaf {
+            continue;
+        }
+        let Some(order) = matching_children(py, a.face, x, y)? else {
+            first = (i, j);
+            break;
+        };
+        let theirs = b.child_indices(j);
+        // Left to right onto the stack: the rightmost pair is compared first.
+        pairs.extend(
+            a.child_indices(i)
+                .into_iter()
+                .zip(order.into_iter().map(|k| theirs[k])),
+        );
+    }
+    let (i, j) = first;
+    let (x, y) = (&a.nodes[i], &b.nodes[j]);
+    Ok(TreeError::SpecStructure {
+        mismatch: spec_mismatch(py, x, y)?,
+        expected: super::traverse::expected_of(py, x),
+        got: super::traverse::expected_of(py, y),
+        path: Some(a.path_to(py, i, "tree")),
+    }
+    .into())
+}
+
+/// How node `y` differs from node `x` where it cannot stand for it, in the order optree
+/// checks (kind, then arity or keys, then type, then aux data).
+#[cold]
+fn spec_mismatch(py: Python<'_>, x: &Node, y: &Node) -> PyResult<SpecMismatch> {
+    let same_kind = x.kind == y.kind || (x.kind.is_mapping() && y.kind.is_mapping());
+    Ok(if !same_kind {
+        SpecMismatch::Kind
+    } else if x.kind.is_mapping() {
+        SpecMismatch::Keys
+    } else if x.kind == Kind::Custom {
+        let same_type = match (x.custom(), y.custom()) {
+            (Some(a), Some(b)) => a.ty.is(&b.ty),
+            _ => false,
+        };
+        if !same_type {
+            SpecMismatch::CustomType
+        } else if x.arity != y.arity {
+            SpecMismatch::Arity
+        } else {
+            SpecMismatch::Data
+        }
+    } else if x.arity != y.arity {
+        SpecMismatch::Arity
+    } else if matches!(x.kind, Kind::NamedTuple | Kind::StructSeq) {
+        SpecMismatch::Type
+    } else {
+        // Same kind and arity: only JAX's stricter node comparison gets here (a deque's
+        // maxlen, say); report it as a difference of node data.
+        let _ = py;
+        SpecMismatch::Data
+    })
+}
+
 /// Whether `a` is a prefix of `b`: `b` is `a` with some leaves replaced by subtrees.
 pub fn is_prefix(py: Python<'_>, a: &PyTreeSpec, b: &PyTreeSpec, strict: bool) -> PyResult<bool> {
     if a.none_is_leaf != b.none_is_leaf || a.face != b.face {
@@ -185,13 +259,7 @@ pub fn common_suffix(py: Python<'_>, a: &PyTreeSpec, b: &PyTreeSpec) -> PyResult
                     out.append(&mut a.subtree(py, i).nodes);
                 } else {
                     let Some(order) = matching_children(py, a.face, x, y)? else {
-                        return Err(TreeError::Mismatch {
-                            path: a.path_to(py, i, "tree"),
-                            expected: super::traverse::describe_node(py, x),
-                            got: super::traverse::describe_node(py, y),
-                            which: Some("the other treespec".into()),
-                        }
-                        .into());
+                        return Err(suffix_mismatch(py, a, b, (i, j))?);
                     };
                     tasks.push(Task::Emit(i, out.len(), leaves));
                     let theirs = b.child_indices(j);
@@ -279,7 +347,9 @@ pub fn graft(
             let mut n = node.clone_ref(py);
             let (mut leaves, mut count) = (0, 1);
             for _ in 0..node.arity {
-                let (l, c) = pending.pop().expect("post-order");
+                let (l, c) = pending
+                    .pop()
+                    .invariant("a node with more children than the nodes before it")?;
                 leaves += l;
                 count += c;
             }
@@ -368,7 +438,7 @@ pub fn transform(
             pending.push((got.num_leaves(), got.nodes.len()));
             continue;
         }
-        let one = one_level_at(py, spec, idx).expect("not a leaf");
+        let one = one_level_at(py, spec, idx).invariant("a one-level view of a non-leaf node")?;
         let shape = match f_node {
             Some(f) => call(f, one, "f_node")?,
             None => Py::new(py, one)?,

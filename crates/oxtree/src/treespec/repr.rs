@@ -6,6 +6,7 @@
 use pyo3::prelude::*;
 
 use super::{Face, PyTreeSpec};
+use crate::errors::Invariant;
 use crate::kind::Kind;
 use crate::types;
 
@@ -139,7 +140,10 @@ pub fn body_labelled(
                     }
                 }
                 Kind::Custom => {
-                    let name = node.custom().expect("kept").name(py);
+                    let name = node
+                        .custom()
+                        .invariant("a custom node without its registration")?
+                        .name(py);
                     let aux = super::ops::custom_metadata(py, node)?;
                     (
                         format!("CustomTreeNode({name}[{}], [", repr_of(&aux)?),
@@ -185,7 +189,9 @@ fn jax_custom_label(py: Python<'_>, node: &super::Node) -> PyResult<(String, Str
         ),
         _ => {
             // JAX prints a custom node's aux data with str().
-            let reg = node.custom().expect("kept");
+            let reg = node
+                .custom()
+                .invariant("a custom node without its registration")?;
             (reg.name(py), data().str()?.to_string())
         }
     })

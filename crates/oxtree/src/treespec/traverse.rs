@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use super::{Face, Node, PyTreeSpec};
-use crate::errors::{short_repr, type_name, TreeError};
+use crate::errors::{Expected, Mismatch, TreeError};
 use crate::kind::Kind;
 use crate::registry::Registry;
 use crate::types;
@@ -20,8 +20,27 @@ pub fn flatten_up_to<'py>(
     registry: &Registry,
     which: Option<&str>,
 ) -> PyResult<Vec<Bound<'py, PyAny>>> {
-    let py = tree.py();
     let mut out = Vec::with_capacity(spec.num_leaves());
+    match walk::<false>(spec, tree, registry, &mut out)? {
+        None => Ok(out),
+        Some(found) => Err(report(spec, tree, registry, which, found)),
+    }
+}
+
+/// Where a walk found the tree to differ: the node index, the object there and how.
+type Found<'py> = (usize, Bound<'py, PyAny>, Mismatch);
+
+/// Walks `tree` against `spec`, collecting the subtrees at its leaves into `out`; returns the
+/// first mismatch met. Left to right (`RIGHT_FIRST == false`), so the leaves come out in
+/// order; right to left is the order optree and jaxlib walk in, used only to find the
+/// mismatch they would report first.
+fn walk<'py, const RIGHT_FIRST: bool>(
+    spec: &PyTreeSpec,
+    tree: &Bound<'py, PyAny>,
+    registry: &Registry,
+    out: &mut Vec<Bound<'py, PyAny>>,
+) -> PyResult<Option<Found<'py>>> {
+    let py = tree.py();
     let mut stack: Vec<(Bound<'py, PyAny>, usize)> = vec![(tree.clone(), spec.nodes.len() - 1)];
     let mut children: Vec<Bound<'py, PyAny>> = Vec::new();
     while let Some((obj, idx)) = stack.pop() {
@@ -33,28 +52,55 @@ pub fn flatten_up_to<'py>(
             }
             Kind::None => {
                 if !obj.is_none() {
-                    return Err(mismatch(spec, py, idx, &obj, which, tree, registry));
+                    return Ok(Some((idx, obj, Mismatch::NotNone)));
                 }
                 continue;
             }
             _ => {}
         }
         children.clear();
-        if !node_children(py, node, &obj, registry, spec.face, &mut children)? {
-            return Err(mismatch(spec, py, idx, &obj, which, tree, registry));
+        if let Some(why) = node_children(py, node, &obj, registry, spec.face, &mut children)? {
+            return Ok(Some((idx, obj, why)));
         }
-        // Push right to left, so the leftmost child is walked first.
-        let mut child_idx = idx - 1;
-        for child in children.drain(..).rev() {
-            stack.push((child, child_idx));
-            child_idx = child_idx.wrapping_sub(spec.nodes[child_idx].num_nodes);
+        if RIGHT_FIRST {
+            // Push left to right, so the rightmost child is walked first.
+            for (child, child_idx) in children.drain(..).zip(spec.child_indices(idx)) {
+                stack.push((child, child_idx));
+            }
+        } else {
+            // Push right to left, so the leftmost child is walked first.
+            let mut child_idx = idx - 1;
+            for child in children.drain(..).rev() {
+                stack.push((child, child_idx));
+                child_idx = child_idx.wrapping_sub(spec.nodes[child_idx].num_nodes);
+            }
         }
     }
-    Ok(out)
+    Ok(None)
 }
 
-/// Collects the children of `obj` for `node`, in leaf order. Returns false when `obj` does
-/// not have the node's type or shape.
+/// The error for a walk that found a mismatch: the one the peers report first (they walk
+/// right to left), with its key path.
+#[cold]
+#[inline(never)]
+fn report<'py>(
+    spec: &PyTreeSpec,
+    tree: &Bound<'py, PyAny>,
+    registry: &Registry,
+    which: Option<&str>,
+    found: Found<'py>,
+) -> PyErr {
+    let mut scratch = Vec::new();
+    let (idx, obj, why) = match walk::<true>(spec, tree, registry, &mut scratch) {
+        Ok(Some(first)) => first,
+        Ok(None) => found,
+        Err(err) => return err,
+    };
+    mismatch(spec, tree.py(), idx, &obj, why, which, tree, registry)
+}
+
+/// Collects the children of `obj` for `node`, in leaf order. Returns how `obj` differs from
+/// the node's type or shape, or None when it matches.
 fn node_children<'py>(
     py: Python<'py>,
     node: &Node,
@@ -62,7 +108,7 @@ fn node_children<'py>(
     registry: &Registry,
     face: Face,
     out: &mut Vec<Bound<'py, PyAny>>,
-) -> PyResult<bool> {
+) -> PyResult<Option<Mismatch>> {
     let same_type = |data: &Option<Py<PyAny>>| {
         data.as_ref()
             .is_some_and(|t| obj.get_type().as_ptr() == t.as_ptr())
@@ -74,21 +120,21 @@ fn node_children<'py>(
                 _ => same_type(&node.data),
             };
             if !ok {
-                return Ok(false);
+                return Ok(Some(tuple_mismatch(py, node, obj)));
             }
             // SAFETY: all three kinds are tuples (exactly, or subclasses checked above).
             let t = unsafe { obj.cast_unchecked::<PyTuple>() };
             if t.len() != node.arity {
-                return Ok(false);
+                return Ok(Some(Mismatch::Arity { got: t.len() }));
             }
             out.extend(t.iter());
         }
         Kind::List => {
             let Ok(l) = obj.cast_exact::<PyList>() else {
-                return Ok(false);
+                return Ok(Some(Mismatch::NotInstance));
             };
             if l.len() != node.arity {
-                return Ok(false);
+                return Ok(Some(Mismatch::Arity { got: l.len() }));
             }
             out.extend(l.iter());
         }
@@ -102,140 +148,172 @@ fn node_children<'py>(
                 _ => false,
             };
             if !ok {
-                return Ok(false);
+                return Ok(Some(Mismatch::NotInstance));
             }
             // SAFETY: every mapping kind is a dict subclass.
             let d = unsafe { obj.cast_unchecked::<PyDict>() };
+            let Some(keys) = node.keys().as_ref() else {
+                return Err(crate::internal!("a mapping node without its keys"));
+            };
+            let keys = keys.bind(py);
             if d.len() != node.arity {
-                return Ok(false);
+                return Ok(Some(key_mismatch(node, d, face)?));
             }
-            let keys = node
-                .keys()
-                .as_ref()
-                .expect("mapping nodes keep their keys")
-                .bind(py);
             for key in keys.iter() {
                 match d.get_item(key)? {
                     Some(v) => out.push(v),
-                    None => return Ok(false),
+                    None => return Ok(Some(key_mismatch(node, d, face)?)),
+                }
+            }
+            if face == Face::Jax && node.kind == Kind::OrderedDict {
+                // JAX's aux data of an OrderedDict is its key tuple: the order counts.
+                for (k, expected) in d.keys().iter().zip(keys.iter()) {
+                    if !(k.is(&expected) || k.eq(&expected)?) {
+                        out.clear();
+                        return Ok(Some(key_mismatch(node, d, face)?));
+                    }
+                }
+            }
+            if face == Face::Jax && node.kind == Kind::DefaultDict {
+                // JAX compares a defaultdict's factory as part of its aux data.
+                let factory = obj.getattr(pyo3::intern!(py, "default_factory"))?;
+                let same = match &node.data {
+                    Some(f) => factory.is(f.bind(py)) || factory.eq(f.bind(py))?,
+                    None => factory.is_none(),
+                };
+                if !same {
+                    out.clear();
+                    return Ok(Some(key_mismatch(node, d, face)?));
                 }
             }
         }
         Kind::Deque => {
             if obj.get_type().as_ptr() != types::collections(py).deque.as_ptr() {
-                return Ok(false);
+                return Ok(Some(Mismatch::NotInstance));
             }
             let items: Vec<_> = obj.try_iter()?.collect::<PyResult<_>>()?;
             if items.len() != node.arity {
-                return Ok(false);
+                return Ok(Some(Mismatch::Arity { got: items.len() }));
             }
             out.extend(items);
         }
         Kind::Custom => {
-            let reg = node.custom().expect("custom nodes keep their registration");
+            let Some(reg) = node.custom() else {
+                return Err(crate::internal!("a custom node without its registration"));
+            };
             if obj.get_type().as_ptr() != reg.ty.as_ptr() {
-                return Ok(false);
+                return Ok(Some(Mismatch::NotInstance));
             }
             let (kids, aux, _) = super::custom::flatten(py, reg, obj, false)?;
-            let expected = node
-                .data
-                .as_ref()
-                .expect("custom nodes keep their aux data")
-                .bind(py);
-            if kids.len() != node.arity || !(aux.is(expected) || aux.eq(expected)?) {
-                return Ok(false);
+            let same = match &node.data {
+                Some(expected) => {
+                    let expected = expected.bind(py);
+                    aux.is(expected) || aux.eq(expected)?
+                }
+                None => aux.is_none(),
+            };
+            if !same {
+                return Ok(Some(Mismatch::Data { got: aux.unbind() }));
+            }
+            if kids.len() != node.arity {
+                return Ok(Some(Mismatch::Arity { got: kids.len() }));
             }
             out.extend(kids.into_vec());
         }
-        Kind::Leaf | Kind::None => unreachable!("handled by the caller"),
-    }
-    Ok(true)
-}
-
-/// What a node expects, in words: `tuple of length 2`, `dict with keys ['a', 'b']`.
-#[cold]
-pub fn describe_node(py: Python<'_>, node: &Node) -> String {
-    let keys = || {
-        node.keys()
-            .as_ref()
-            .map(|k| short_repr(k.bind(py).as_any(), 200))
-            .unwrap_or_default()
-    };
-    let type_of = |data: &Option<Py<PyAny>>| {
-        data.as_ref()
-            .and_then(|t| t.bind(py).getattr("__qualname__").ok())
-            .map(|n| n.to_string())
-            .unwrap_or_else(|| "?".into())
-    };
-    match node.kind {
-        Kind::Leaf => "a leaf".into(),
-        Kind::None => "None".into(),
-        Kind::Tuple => format!("tuple of length {}", node.arity),
-        Kind::List => format!("list of length {}", node.arity),
-        Kind::Dict => format!("dict with keys {}", keys()),
-        Kind::OrderedDict => format!("OrderedDict with keys {}", keys()),
-        Kind::DefaultDict => format!("defaultdict with keys {}", keys()),
-        Kind::NamedTuple => format!(
-            "namedtuple {} of length {}",
-            type_of(&node.data),
-            node.arity
-        ),
-        Kind::StructSeq => format!("struct sequence {}", type_of(&node.data)),
-        Kind::Deque => format!("deque of length {}", node.arity),
-        Kind::Custom => {
-            let name = node
-                .custom()
-                .map(|r| r.name(py))
-                .unwrap_or_else(|| "?".into());
-            let aux = node
-                .data
-                .as_ref()
-                .map(|a| short_repr(a.bind(py), 80))
-                .unwrap_or_default();
-            format!("{name} with aux data {aux} and {} children", node.arity)
+        Kind::Leaf | Kind::None => {
+            return Err(crate::internal!(
+                "node_children called on a {:?} node",
+                node.kind
+            ))
         }
     }
+    Ok(None)
 }
 
-/// What an object is, in the same words.
+/// Why `obj`, not of a tuple node's exact type, does not match it: not a tuple of that
+/// family at all, another length, or another class.
 #[cold]
-fn describe_obj(obj: &Bound<'_, PyAny>) -> String {
-    let name = type_name(obj);
-    let shape = if let Ok(d) = obj.cast::<PyDict>() {
-        format!(" with keys {}", short_repr(d.keys().as_any(), 200))
-    } else if obj.is_none() {
-        return "None".into();
+fn tuple_mismatch(py: Python<'_>, node: &Node, obj: &Bound<'_, PyAny>) -> Mismatch {
+    let ty = obj.get_type();
+    let family = match node.kind {
+        Kind::NamedTuple => types::is_namedtuple_class(&ty),
+        Kind::StructSeq => types::is_structseq_class(&ty),
+        _ => false,
+    };
+    if !family {
+        return Mismatch::NotInstance;
+    }
+    let _ = py;
+    match obj.len() {
+        Ok(n) if n != node.arity => Mismatch::Arity { got: n },
+        _ => Mismatch::Type,
+    }
+}
+
+/// The keys of a dict that does not match a mapping node.
+#[cold]
+fn key_mismatch(node: &Node, d: &Bound<'_, PyDict>, face: Face) -> PyResult<Mismatch> {
+    let py = d.py();
+    let keys = d.keys();
+    // JAX shows an OrderedDict's keys in their order; sorted otherwise.
+    let got = if face == Face::Jax && node.kind == Kind::OrderedDict {
+        keys
     } else {
-        match obj.len() {
-            Ok(n) => format!(" of length {n}"),
-            Err(_) => String::new(),
-        }
+        super::flatten::sort_keys(&keys, false)?
     };
-    format!("{name}{shape}: {}", short_repr(obj, 80))
+    let factory = if node.kind == Kind::DefaultDict {
+        d.getattr(pyo3::intern!(py, "default_factory"))
+            .ok()
+            .map(Bound::unbind)
+    } else {
+        None
+    };
+    Ok(Mismatch::Keys {
+        got: got.unbind(),
+        factory,
+    })
+}
+
+/// What node `idx` expects, copied out of it for a message.
+#[cold]
+pub fn expected_of(py: Python<'_>, node: &Node) -> Expected {
+    let dataclass = node
+        .custom()
+        .is_some_and(|r| matches!(r.rule, crate::registry::Rule::Dataclass { .. }));
+    Expected {
+        kind: node.kind,
+        arity: node.arity,
+        ty: node.py_type(py).map(Bound::unbind),
+        keys: node.keys().as_ref().map(|k| k.clone_ref(py)),
+        data: node.data.as_ref().map(|d| d.clone_ref(py)),
+        dataclass,
+    }
 }
 
 #[cold]
+#[allow(clippy::too_many_arguments)]
 fn mismatch(
     spec: &PyTreeSpec,
     py: Python<'_>,
     idx: usize,
     obj: &Bound<'_, PyAny>,
+    why: Mismatch,
     which: Option<&str>,
     tree: &Bound<'_, PyAny>,
     registry: &Registry,
 ) -> PyErr {
-    let node = &spec.nodes[idx];
-    let mut got = describe_obj(obj);
-    if let (Some(keys), Ok(d)) = (node.keys(), obj.cast::<PyDict>()) {
-        got.push_str(&key_difference(keys.bind(py), &d.keys()));
-    }
-    let path =
-        keyed_path(spec, py, idx, tree, registry).unwrap_or_else(|_| spec.path_to(py, idx, "tree"));
-    TreeError::Mismatch {
+    let at = keyed_path(spec, py, idx, tree, registry, "tree")
+        .unwrap_or_else(|_| spec.path_to(py, idx, "tree"));
+    let path = Some(match which {
+        Some(which) => format!("{at} (in {which})"),
+        None => at,
+    });
+    TreeError::Structure {
+        face: spec.face,
+        expected: expected_of(py, &spec.nodes[idx]),
+        mismatch: why,
+        found: obj.clone().unbind(),
         path,
-        expected: describe_node(py, node),
-        got,
-        which: which.map(str::to_owned),
     }
     .into()
 }
@@ -249,6 +327,7 @@ fn keyed_path(
     idx: usize,
     tree: &Bound<'_, PyAny>,
     registry: &Registry,
+    root: &str,
 ) -> PyResult<String> {
     use crate::paths::PathEntry;
     let mut entries = Vec::new();
@@ -279,7 +358,7 @@ fn keyed_path(
         } else {
             entries.push(node.entry(py, j));
             let mut children = Vec::new();
-            if !node_children(py, node, &cur, registry, spec.face, &mut children)? {
+            if node_children(py, node, &cur, registry, spec.face, &mut children)?.is_some() {
                 return Err(PyErr::new::<pyo3::exceptions::PyValueError, _>(
                     "structure differs",
                 ));
@@ -290,30 +369,5 @@ fn keyed_path(
                 .ok_or_else(|| PyErr::new::<pyo3::exceptions::PyValueError, _>("no child"))?;
         }
     }
-    Ok(crate::paths::render("tree", &entries))
-}
-
-/// `; missing keys [...], extra keys [...]` between what a node expects and what a dict has.
-#[cold]
-fn key_difference(expected: &Bound<'_, PyList>, found: &Bound<'_, PyList>) -> String {
-    let contains =
-        |list: &Bound<'_, PyList>, k: &Bound<'_, PyAny>| list.contains(k).unwrap_or(false);
-    let missing: Vec<String> = expected
-        .iter()
-        .filter(|k| !contains(found, k))
-        .map(|k| short_repr(&k, 40))
-        .collect();
-    let extra: Vec<String> = found
-        .iter()
-        .filter(|k| !contains(expected, k))
-        .map(|k| short_repr(&k, 40))
-        .collect();
-    let mut out = String::new();
-    if !missing.is_empty() {
-        out.push_str(&format!("; missing keys [{}]", missing.join(", ")));
-    }
-    if !extra.is_empty() {
-        out.push_str(&format!("; extra keys [{}]", extra.join(", ")));
-    }
-    out
+    Ok(crate::paths::render(root, &entries))
 }

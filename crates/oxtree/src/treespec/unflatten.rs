@@ -6,7 +6,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use super::{Face, Node, PyTreeSpec};
-use crate::errors::{type_name, TreeError};
+use crate::errors::{type_name, Invariant, TreeError};
+
+const LEAVES_COUNTED: &str = "the treespec has fewer leaf nodes than its leaf count";
 use crate::kind::Kind;
 use crate::spare::{self, Slot};
 use crate::types;
@@ -85,9 +87,10 @@ pub fn build_with<'py>(
     let expected = spec.num_leaves();
     if leaves.len() != expected {
         return Err(TreeError::LeafCount {
+            face: spec.face,
+            what: "PyTreeSpec",
             expected,
             got: leaves.len(),
-            spec: super::repr::repr(spec, py).unwrap_or_else(|_| "PyTreeSpec".into()),
         }
         .into());
     }
@@ -111,14 +114,14 @@ fn build_values<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     for node in &spec.nodes {
         let value = match (node.kind, visit) {
-            (Kind::Leaf, Visit::Rebuild) => leaves.next().expect("the leaf count was checked"),
+            (Kind::Leaf, Visit::Rebuild) => leaves.next().invariant(LEAVES_COUNTED)?,
             (
                 Kind::Leaf,
                 Visit::Traverse { f_leaf, .. }
                 | Visit::Walk { f_leaf, .. }
                 | Visit::JaxWalk { f_leaf, .. },
             ) => {
-                let leaf = leaves.next().expect("the leaf count was checked");
+                let leaf = leaves.next().invariant(LEAVES_COUNTED)?;
                 match f_leaf {
                     Some(f) => f.call1((leaf,))?,
                     None => leaf,
@@ -193,7 +196,7 @@ fn build_values<'py>(
         };
         stack.push(value);
     }
-    Ok(stack.pop().expect("a treespec has a root"))
+    stack.pop().invariant("a treespec rebuilt no root")
 }
 
 extern "C" {
@@ -393,7 +396,7 @@ pub fn fill_mapping<'py>(
     let keys = node
         .keys()
         .as_ref()
-        .expect("mapping nodes keep their keys")
+        .invariant("a mapping node without its keys")?
         .bind(py);
     // JAX rebuilds dicts in sorted key order; optree in the original insertion order.
     let positions = if face == Face::Jax {
@@ -467,9 +470,16 @@ pub fn make_node<'py>(
                 .call1((items, data()))?
         }
         Kind::Custom => {
-            let reg = node.custom().expect("custom nodes keep their registration");
+            let reg = node
+                .custom()
+                .invariant("a custom node without its registration")?;
             super::custom::unflatten(py, reg, data(), tuple_from(py, children))?
         }
-        Kind::Leaf | Kind::None => unreachable!("leaves and None have no children"),
+        Kind::Leaf | Kind::None => {
+            return Err(crate::internal!(
+                "a {:?} node rebuilt with children",
+                node.kind
+            ))
+        }
     })
 }
