@@ -189,7 +189,8 @@ def ops(fx: dict[str, Any]) -> dict[str, tuple[tuple[str, ...], Callable[[], Any
     def broadcast_map() -> bool:
         out = oxtree.tree_broadcast_map(lambda a, b: b, tree, twin)
         out2 = oxtree.tree_broadcast_map_with_path(lambda p, a, b: len(p), tree, twin)
-        return is_chain(out, d, OTHER) and bottom(out2, d) == d
+        out3 = oxtree.tree_broadcast_map_with_accessor(lambda acc, a, b: len(acc), tree, twin)
+        return is_chain(out, d, OTHER) and bottom(out2, d) == d and bottom(out3, d) == d
 
     def prefix_errors() -> bool:
         ok = oxtree.prefix_errors(tree, twin) == []
@@ -204,7 +205,13 @@ def ops(fx: dict[str, Any]) -> dict[str, tuple[tuple[str, ...], Callable[[], Any
     def transpose_map() -> bool:
         a, b = oxtree.tree_transpose_map(lambda x: (x, OTHER), tree)
         c, _ = oxtree.tree_transpose_map_with_path(lambda p, x: (len(p), x), tree)
-        return is_chain(a, d, LEAF) and is_chain(b, d, OTHER) and bottom(c, d) == d
+        e, _ = oxtree.tree_transpose_map_with_accessor(lambda acc, x: (len(acc), x), tree)
+        return (
+            is_chain(a, d, LEAF)
+            and is_chain(b, d, OTHER)
+            and bottom(c, d) == d
+            and bottom(e, d) == d
+        )
 
     def reductions() -> bool:
         nums = chain(d, 3)
@@ -545,13 +552,21 @@ def ops(fx: dict[str, Any]) -> dict[str, tuple[tuple[str, ...], Callable[[], Any
         "tree_broadcast_prefix_leaf": (("tree_broadcast_prefix",), broadcast_leaf_prefix),
         "tree_broadcast_common": (("tree_broadcast_common", "broadcast_common"), broadcast_common),
         "tree_broadcast_map": (
-            ("tree_broadcast_map", "tree_broadcast_map_with_path"),
+            (
+                "tree_broadcast_map",
+                "tree_broadcast_map_with_path",
+                "tree_broadcast_map_with_accessor",
+            ),
             broadcast_map,
         ),
         "prefix_errors": (("prefix_errors",), prefix_errors),
         "tree_transpose": (("tree_transpose",), transpose),
         "tree_transpose_map": (
-            ("tree_transpose_map", "tree_transpose_map_with_path"),
+            (
+                "tree_transpose_map",
+                "tree_transpose_map_with_path",
+                "tree_transpose_map_with_accessor",
+            ),
             transpose_map,
         ),
         "reductions": (

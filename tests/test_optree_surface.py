@@ -311,3 +311,10 @@ def test_treespec_namedtuple_needs_a_namedtuple():
         oxtree.treespec_namedtuple((1,))
     with pytest.raises(ValueError, match=r"^Expected a PyStructSequence of PyTreeSpec\(s\)"):
         oxtree.treespec_structseq((1,))
+
+
+def test_none_unflatten_takes_no_children():
+    out = oxtree.tree_flatten_one_level(None)
+    assert out.unflatten_func(out.metadata, []) is None
+    with pytest.raises(ValueError, match=r"^Expected no children\.$"):
+        out.unflatten_func(out.metadata, range(1))

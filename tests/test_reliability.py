@@ -212,6 +212,16 @@ COVERED_ELSEWHERE = {
     for name in ERRORS_DEEP_OPS
 }
 TAKE_NO_TREE = {
+    "dict_insertion_ordered",
+    "is_namedtuple",
+    "is_namedtuple_class",
+    "is_namedtuple_instance",
+    "is_structseq",
+    "is_structseq_class",
+    "is_structseq_instance",
+    "namedtuple_fields",
+    "structseq_fields",
+    "treespec_frozendict",
     "register_dataclass",
     "register_pytree_node_class",
     "register_static",

@@ -914,7 +914,9 @@ def _dict_from(keys: Any, children: list[Any]) -> dict[Any, Any]:
     return mapping
 
 
-def _unflatten_none(metadata: Any, children: list[Any]) -> None:
+def _unflatten_none(metadata: Any, children: Any) -> None:
+    if any(True for _ in children):
+        raise ValueError("Expected no children.")
     return None
 
 
