@@ -6,9 +6,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
 use crate::api;
+use crate::errors::Invariant;
 use crate::errors::TreeError;
 use crate::kind::Kind;
-use crate::errors::Invariant;
 use crate::treespec::flatten::Options;
 use crate::treespec::keys::KeyStyle;
 use crate::treespec::{ops, Face, PyTreeSpec};
