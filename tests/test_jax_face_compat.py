@@ -190,7 +190,6 @@ def test_optree_entries_still_flatten_in_the_jax_face() -> None:
 def test_bad_flatten_result_in_the_main_face_keeps_its_message() -> None:
     """The main face speaks optree's words for a bad flatten result, not JAX's."""
     import optree
-
     import oxtree
 
     class Bad:
