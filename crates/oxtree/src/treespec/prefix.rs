@@ -6,7 +6,7 @@
 //! caller wants the errors, or after a multi-tree walk has already failed.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PySet, PyString, PyTuple, PyType};
+use pyo3::types::{PyDict, PyList, PySet, PyString, PyTuple, PyType};
 
 use super::flatten::{self, Flat, Options};
 use super::{ops, Face, Node};
@@ -138,6 +138,24 @@ fn key_text(key: &Bound<'_, PyAny>) -> String {
     }
 }
 
+/// Whether the installed JAX prints a prefix error's child keys as key objects (`['b']`,
+/// jax 0.11 and later) rather than as the keys inside them (`b`, jax 0.10): the JAX face
+/// speaks the words of the JAX installed beside it, and the newest JAX's where none is. Read
+/// from the installed distribution's metadata, so an error never imports jax.
+fn jax_prints_key_objects(py: Python<'_>) -> bool {
+    let version = py
+        .import("importlib.metadata")
+        .and_then(|m| m.call_method1("version", ("jax",)))
+        .and_then(|v| v.extract::<String>());
+    let Ok(version) = version else {
+        return true;
+    };
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let major = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    (major, minor) >= (0, 11)
+}
+
 /// Every place where `prefix` is not a prefix of `full`, left to right.
 pub fn prefix_errors<'py>(
     prefix: &Bound<'py, PyAny>,
@@ -239,23 +257,38 @@ pub fn prefix_errors<'py>(
                 } else if np != nf {
                     let pk = jax_key_strs(py, pn)?;
                     let fk = jax_key_strs(py, fn_)?;
-                    let join = |ks: &[Bound<'_, PyAny>]| {
-                        ks.iter().map(key_text).collect::<Vec<_>>().join(" ")
+                    let objects = jax_prints_key_objects(py);
+                    let text = |k: &Bound<'_, PyAny>| {
+                        if objects {
+                            str_of(k)
+                        } else {
+                            key_text(k)
+                        }
                     };
+                    let join =
+                        |ks: &[Bound<'_, PyAny>]| ks.iter().map(text).collect::<Vec<_>>().join(" ");
                     // JAX's key objects hash as their keys: a set of the keys iterates in
-                    // the order JAX's set of key objects does.
-                    let raw = |ks: &[Bound<'py, PyAny>]| -> Vec<Bound<'py, PyAny>> {
-                        ks.iter()
-                            .map(|k| k.getattr("key").unwrap_or_else(|_| k.clone()))
-                            .collect()
-                    };
+                    // the order JAX's set of key objects does. Each key of the difference
+                    // is printed as the keys are above.
+                    let raw =
+                        |k: &Bound<'py, PyAny>| k.getattr("key").unwrap_or_else(|_| k.clone());
                     let diff = (|| -> PyResult<String> {
-                        let a = PySet::new(py, raw(&pk))?;
-                        let b = PySet::new(py, raw(&fk))?;
+                        let shown = PyDict::new(py);
+                        for k in pk.iter().chain(fk.iter()) {
+                            shown.set_item(raw(k), text(k))?;
+                        }
+                        let a = PySet::new(py, pk.iter().map(raw))?;
+                        let b = PySet::new(py, fk.iter().map(raw))?;
                         let d = a.call_method1("symmetric_difference", (b,))?;
                         let d: Vec<String> = d
                             .try_iter()?
-                            .map(|k| k.map(|k| str_of(&k)))
+                            .map(|k| {
+                                let k = k?;
+                                match shown.get_item(&k)? {
+                                    Some(t) => t.extract::<String>(),
+                                    None => Ok(str_of(&k)),
+                                }
+                            })
                             .collect::<PyResult<_>>()?;
                         Ok(d.join(" "))
                     })();
