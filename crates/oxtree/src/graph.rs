@@ -24,7 +24,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use pyo3::PyTraverseError;
 
-use crate::api;
+use crate::face::optree as api;
 use crate::errors::{type_name, TreeError};
 use crate::kind::Kind;
 use crate::registry;

@@ -2,10 +2,9 @@
 //!
 //! This file only declares the module; the logic lives in modules named by noun.
 
-mod api;
+mod face;
 mod errors;
 mod graph;
-mod jax_api;
 mod kind;
 mod paths;
 mod registry;
@@ -49,9 +48,9 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Python code: see `flatten::leaf_sequence`).
     types::collections(m.py());
     m.add("PyTreeKind", kind::py_tree_kind(m.py())?)?;
-    api::register(m)?;
+    face::optree::register(m)?;
     paths::register(m)?;
-    jax_api::register(m)?;
+    face::jax::register(m)?;
     graph::register(m)?;
     treespec::prefix::register(m)?;
     Ok(())

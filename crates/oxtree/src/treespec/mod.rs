@@ -676,7 +676,7 @@ impl PyTreeSpec {
         let py = tree.py();
         let out =
             crate::registry::with_registry(|reg| traverse::flatten_up_to(self, tree, reg, None))?;
-        Ok(crate::api::list_from_vec(py, out))
+        Ok(crate::face::optree::list_from_vec(py, out))
     }
 
     /// The treespec made by replacing every leaf of this one with `inner`.

@@ -5,7 +5,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
-use crate::api;
+use crate::face::optree as api;
 use crate::errors::Invariant;
 use crate::errors::TreeError;
 use crate::kind::Kind;
