@@ -9,7 +9,7 @@ kept in the treedef. The training step runs under ``oxtree.jax.filter_jit`` and 
 gradient with ``jax.grad`` over ``model.parameters()``, the model with every non-parameter
 leaf set to None; ``model.update(params)`` puts the new parameters back.
 
-The last line reads ``loss ratio: R`` (first loss / last loss); tests/test_module.py runs this
+The last line reads ``loss ratio: R`` (first loss / last loss); tests/module/test_module.py runs this
 script and checks that R is at least 10.
 """
 

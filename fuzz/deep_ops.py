@@ -6,7 +6,7 @@ Each operation must return a correct result or raise RecursionError; anything el
 exception, a wrong result, a crash) is a failure. The script prints one JSON record per line,
 flushed at once, so that a parent process knows which operation was running if this one dies:
 ``["start", op]`` then ``["done", op, outcome, detail, seconds, depth]`` (outcome ``ok``,
-``wrong`` or an exception name), and ``["finished"]`` at the end. tests/test_reliability.py runs it in a
+``wrong`` or an exception name), and ``["finished"]`` at the end. tests/reliability/test_reliability.py runs it in a
 subprocess at the default recursion limit and at 1,000,000 (where a recursion guarded only by
 the interpreter's limit would overflow the C stack); `OPS` says which public names each
 operation covers, so the test can check that none is left out.
@@ -16,7 +16,7 @@ Operations whose output is quadratic in depth by nature (one key path per node) 
 shallower chain (`QUADRATIC_DEPTH`).
 """
 
-# No `from __future__ import annotations`: tests/test_reliability.py runs this file's text
+# No `from __future__ import annotations`: tests/reliability/test_reliability.py runs this file's text
 # after test_errors.py's subprocess prelude, where a __future__ import could not come first.
 import copy
 import io

@@ -52,7 +52,7 @@ def worker(seed: int, start: int, count: int, progress: str | None, verbose: boo
         marker = mmap.mmap(handle.fileno(), 16)
     findings: list[dict[str, Any]] = []
     calls = 0
-    # The driver's own test (tests/test_fuzz.py) makes one case die on purpose.
+    # The driver's own test (tests/reliability/test_fuzz.py) makes one case die on purpose.
     crash_at = int(os.environ.get("OXTREE_FUZZ_CRASH_AT", "-1"))
     began = time.perf_counter()
     for index in range(start, start + count):

@@ -29,7 +29,7 @@ NAMESPACE = "fuzz"
 HOSTILE = "hostile"
 # Known oxtree bugs the run should not trigger again (fuzz.py --avoid): "sort-uaf" keeps
 # BadKey.__lt__ from mutating containers (a dict emptied by a failing key comparison is
-# read after free; tests/test_reliability.py has the reproducer).
+# read after free; tests/reliability/test_reliability.py has the reproducer).
 AVOID = set(filter(None, os.environ.get("OXTREE_FUZZ_AVOID", "").split(",")))
 
 

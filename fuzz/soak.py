@@ -7,7 +7,7 @@
 For each operation: RSS after a warm-up of 1% of the calls and after all of them, the
 reference counts of the tree's leaves, keys and node types before and after, and the time per
 call. An operation fails when a reference count moved or RSS grew by more than --tolerance
-bytes. With --threads, tests/test_threads.py runs with OXTREE_THREAD_ROUNDS=50000; with
+bytes. With --threads, tests/reliability/test_threads.py runs with OXTREE_THREAD_ROUNDS=50000; with
 --deep, fuzz/deep_ops.py runs at depth 100,000 under the default recursion limit and under
 1,000,000, every operation at full depth, with its time. Prints a Markdown table for
 docs/reliability.md; exit status 0 when everything passed.

@@ -17,9 +17,9 @@ status=0
 # The engine, errors (hostile callbacks, corrupted pickles), treedef ops, registry, graphs,
 # memory and thread tests, and this suite's reliability tests; files that import jax are left
 # out (XLA under memcheck takes hours).
-TESTS=(tests/test_engine.py tests/test_errors.py tests/test_treespec_ops.py
-       tests/test_treespec_ops_serialization.py tests/test_registry.py tests/test_graph.py
-       tests/test_memory.py tests/test_threads.py tests/test_reliability.py)
+TESTS=(tests/engine/test_engine.py tests/errors/test_errors.py tests/treespec/test_treespec_ops.py
+       tests/treespec/test_treespec_ops_serialization.py tests/registry/test_registry.py tests/graph/test_graph.py
+       tests/reliability/test_memory.py tests/reliability/test_threads.py tests/reliability/test_reliability.py)
 echo "== pytest under memcheck: ${TESTS[*]}"
 "${VG[@]}" --log-file=target/valgrind-pytest.log \
     "$PY" -m pytest -q -p no:cacheprovider "${TESTS[@]}" -k "not deep_chain_through and not deep_subprocess" "$@" \

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "fuzz" / "fuzz.py"
 SEED = int(os.environ.get("OXTREE_FUZZ_SEED", "20251121"))
 CASES = int(os.environ.get("OXTREE_FUZZ_CASES", "2000"))

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from oxtree import GetAttrKey, Kind, Module, Parameter, State
 from oxtree import tree_util as jtu
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # --------------------------------------------------------------------------------------------
 # Module-level classes (so that pickles of their instances and treedefs load).

@@ -899,7 +899,7 @@ DOCS = ["getting-started.md", "migrating.md", "registration.md", "key-paths.md",
 @pytest.mark.parametrize("name", DOCS)
 def test_docs_examples(name: str) -> None:
     """Every example of the page runs and prints what the page says."""
-    path = Path(__file__).resolve().parent.parent / "docs" / name
+    path = Path(__file__).resolve().parents[2] / "docs" / name
     result = doctest.testfile(
         str(path), module_relative=False, optionflags=doctest.ELLIPSIS, verbose=False
     )

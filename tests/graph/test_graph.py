@@ -1257,7 +1257,7 @@ def test_corpus_ids_cover_shared_trees() -> None:
 
 def test_docs_examples() -> None:
     """Every example of docs/graphs.md runs and prints what the page says."""
-    path = Path(__file__).resolve().parent.parent / "docs" / "graphs.md"
+    path = Path(__file__).resolve().parents[2] / "docs" / "graphs.md"
     result = doctest.testfile(
         str(path), module_relative=False, optionflags=doctest.ELLIPSIS, verbose=False
     )

@@ -46,7 +46,7 @@ from helpers import (
 )
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from test_paths_helpers import JAX_TREES, Hit, jax_path
+from paths_helpers import JAX_TREES, Hit, jax_path
 
 JTU, JT = jax.tree_util, jax.tree
 OTU, OT = oxtree.tree_util, oxtree.tree

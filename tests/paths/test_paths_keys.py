@@ -16,7 +16,7 @@ import jax.tree_util as jtu
 import oxtree
 import pytest
 from helpers import CORPUS, OPAQUE_KEY_1, TREES, parametrize
-from test_paths_helpers import JAX_TREES, to_jax, to_oxtree
+from paths_helpers import JAX_TREES, to_jax, to_oxtree
 
 KEY_CLASS_NAMES = ("SequenceKey", "DictKey", "GetAttrKey", "FlattenedIndexKey")
 

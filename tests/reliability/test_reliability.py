@@ -1,7 +1,7 @@
 """Reliability: crash reproducers found by the fuzzer, depth through every public function,
 collection of treedefs and graphdefs caught in reference cycles, and short memory checks.
 
-The fuzzer itself (fuzz/fuzz.py) has a short run in tests/test_fuzz.py; the long runs, the
+The fuzzer itself (fuzz/fuzz.py) has a short run in tests/reliability/test_fuzz.py; the long runs, the
 million-call soak and the figures are in docs/reliability.md. Reference counts and the thread
 tests of the core engine are in test_memory.py and test_threads.py; deep trees through the core
 walks are in test_errors.py. This file covers what those leave out.
@@ -25,7 +25,7 @@ import oxtree
 import oxtree.tree_util
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FUZZ = ROOT / "fuzz"
 
 
@@ -172,6 +172,8 @@ DEPTH = 100_000
 SLOW_DEPTH = 5_000
 
 sys.path.insert(0, str(FUZZ))
+# The depth runs share tests/errors' subprocess driver and its list of deep operations.
+sys.path.insert(0, str(ROOT / "tests" / "errors"))
 import deep_ops  # noqa: E402
 from test_errors import DEEP_OPS as ERRORS_DEEP_OPS  # noqa: E402
 from test_errors import _run_script  # noqa: E402

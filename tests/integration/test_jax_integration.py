@@ -1028,7 +1028,7 @@ def test_partition_combine_over_filter_jit() -> None:
 
 
 def test_docs_examples_run() -> None:
-    path = Path(__file__).resolve().parent.parent / "docs" / "jax.md"
+    path = Path(__file__).resolve().parents[2] / "docs" / "jax.md"
     result = doctest.testfile(
         str(path), module_relative=False, optionflags=doctest.ELLIPSIS, verbose=False
     )

@@ -30,7 +30,7 @@ from helpers import (
 from hypothesis import given
 from hypothesis import strategies as st
 from oxtree import _core
-from test_paths_helpers import JAX_TREES, Hit, jax_path
+from paths_helpers import JAX_TREES, Hit, jax_path
 
 OX_KEY_TYPES = (oxtree.SequenceKey, oxtree.DictKey, oxtree.GetAttrKey, oxtree.FlattenedIndexKey)
 JAX_TREE_LIST = list(JAX_TREES.values())
