@@ -56,7 +56,7 @@ __all__ = [
     "tree_map_with_path",
     "tree_map_with_keys",
     "_flatten_with_steps",
-    "jax",
+    "jax_face",
     "_flatten_one_level",
     "PrefixError",
     "_prefix_errors",
@@ -374,7 +374,7 @@ def _flatten_with_steps(
 ) -> tuple[list[tuple[Any, ...]], list[Any], PyTreeSpec]: ...
 
 #: The JAX face's entry points (``oxtree.tree_util`` re-exports them).
-jax: _types.ModuleType
+jax_face: _types.ModuleType
 
 def _flatten_one_level(
     tree: Any, /, *, none_is_leaf: bool = False, namespace: str = "", jax: bool = False

@@ -132,7 +132,7 @@ def _mirror_functions(
     def flatten_with_keys(obj: Any) -> tuple[list[tuple[Any, Any]], Any]:
         # Everything below `obj` is a leaf: one level, with the keys oxtree's JAX face gives
         # (a registered flatten_with_keys's keys, GetAttrKey for dataclass fields, ...).
-        pairs, spec = _core.jax._flatten_with_path_in(
+        pairs, spec = _core.jax_face._flatten_with_path_in(
             obj, functools.partial(operator.is_not, obj), namespace=namespace
         )
         return [(_jax_key(path[0]), child) for path, child in pairs], spec

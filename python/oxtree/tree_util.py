@@ -36,7 +36,7 @@ from oxtree._core import register_static as _register_static
 from oxtree.functools import Partial
 from oxtree.types import is_namedtuple_class
 
-_jax = _core.jax
+_jax = _core.jax_face
 broadcast_flattened_prefix_with_treedef = _jax.broadcast_flattened_prefix_with_treedef
 tree_flatten = _jax.tree_flatten
 tree_leaves = _jax.tree_leaves

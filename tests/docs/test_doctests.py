@@ -15,12 +15,12 @@ import pytest
 from oxtree import tree, tree_util
 
 # Every public module of the package (and the core), found rather than listed, so a new
-# module's examples run without anyone remembering to add it here. The core's `jax` submodule
-# (the JAX face's functions) is not importable by name, so it is listed.
+# module's examples run without anyone remembering to add it here. The core's `jax_face`
+# submodule (the JAX face's functions) is not importable by name, so it is listed.
 MODULES = [
     "oxtree",
     "oxtree._core",
-    "oxtree._core.jax",
+    "oxtree._core.jax_face",
     *sorted(
         f"oxtree.{info.name}"
         for info in pkgutil.iter_modules(oxtree.__path__)
@@ -50,7 +50,7 @@ def _doctests(name: str) -> list[doctest.DocTest]:
     found = {test.docstring for test in tests}
     # The finder skips what it cannot tie to the module: an alias with its own docstring
     # (`Parameter = Annotated[...]`, its __doc__ set), and the functions of a module whose
-    # __name__ is not its import path (the core's `jax` submodule calls itself `jax`).
+    # __name__ is not an import path (the core's `jax_face` submodule is an attribute only).
     parser = doctest.DocTestParser()
     public = getattr(module, "__all__", None) or [n for n in vars(module) if n[0] != "_"]
     for attr in public:
@@ -74,7 +74,7 @@ def test_docstring_examples(name: str) -> None:
         runner.run(test)
     result = runner.summarize(verbose=False)
     assert result.failed == 0, f"{result.failed} docstring example(s) failed in {name}"
-    if name in ("oxtree._core", "oxtree._core.jax", "oxtree.registry", "oxtree.dataclasses"):
+    if name in ("oxtree._core", "oxtree._core.jax_face", "oxtree.registry", "oxtree.dataclasses"):
         assert result.attempted > 0, f"{name} has no docstring examples"
 
 

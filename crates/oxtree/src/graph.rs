@@ -21,17 +21,22 @@ use std::sync::OnceLock;
 use pyo3::exceptions::PyValueError;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use pyo3::PyTraverseError;
 
-use crate::face::optree as api;
-use crate::errors::{type_name, TreeError};
+use crate::errors::{type_name, Invariant, TreeError};
 use crate::kind::Kind;
 use crate::registry;
 use crate::treespec::flatten::{self, Options};
 use crate::treespec::keys::{self, KeyStyle};
 use crate::treespec::{self as ts, Face, Node, PyTreeSpec};
 use crate::types;
+use crate::walk;
+
+/// The module's `_rebuild_graphdef`, kept when `oxtree._core` is initialised (`lib.rs`), for
+/// `__reduce__` (see `treespec::pickle::REBUILD`).
+pub static REBUILD: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 /// The structure of a graph: what `graph_flatten` returns next to the leaves.
 ///
@@ -357,7 +362,7 @@ pub fn graph_flatten<'py>(
     none_is_leaf: bool,
     namespace: &str,
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, GraphDef>)> {
-    api::check_is_leaf(is_leaf)?;
+    walk::check_is_leaf(is_leaf)?;
     let opts = Options::new(is_leaf, none_is_leaf, namespace);
     let reg = registry::snapshot();
     let roots: Vec<Bound<'py, PyAny>> = roots.iter().collect();
@@ -370,15 +375,15 @@ pub fn graph_flatten<'py>(
         .map(|&(leaf, ordinal)| (leaf, positions[ordinal as usize]))
         .collect();
     let acyclic = g.flat.acyclic;
-    let skeleton = api::flat_spec(py, &mut g.flat, &opts)?;
+    let skeleton = walk::flat_spec(py, &mut g.flat, &opts)?;
     let gd = GraphDef {
         skeleton: skeleton.unbind(),
         num_roots: roots.len(),
         refs,
         hash: OnceLock::new(),
     };
-    let gd = api::untracked_if(Bound::new(py, gd)?, acyclic);
-    Ok((api::list_from_vec(py, g.flat.leaves), gd))
+    let gd = walk::untracked_if(Bound::new(py, gd)?, acyclic);
+    Ok((walk::list_from_vec(py, g.flat.leaves), gd))
 }
 
 /// Rebuilds what `graph_flatten` flattened, every shared object built once and every
@@ -548,7 +553,11 @@ impl GraphDef {
     }
 
     fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let rebuild = py.import("oxtree._core")?.getattr("_rebuild_graphdef")?;
+        let rebuild = REBUILD
+            .get(py)
+            .invariant("_rebuild_graphdef was kept at import")?
+            .bind(py)
+            .clone();
         let refs = PyTuple::new(py, self.refs.iter().map(|&(l, t)| (l, t)))?;
         let args = (self.skeleton.clone_ref(py), self.num_roots, refs).into_pyobject(py)?;
         PyTuple::new(py, [rebuild, args.into_any()])
@@ -726,12 +735,4 @@ pub fn _rebuild_graphdef<'py>(
         hash: OnceLock::new(),
     };
     Bound::new(py, gd)
-}
-
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<GraphDef>()?;
-    m.add_function(wrap_pyfunction!(graph_flatten, m)?)?;
-    m.add_function(wrap_pyfunction!(graph_unflatten, m)?)?;
-    m.add_function(wrap_pyfunction!(_rebuild_graphdef, m)?)?;
-    Ok(())
 }

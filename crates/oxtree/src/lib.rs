@@ -1,57 +1,122 @@
 //! oxtree's Rust core: the `oxtree._core` extension module.
 //!
-//! This file only declares the module; the logic lives in modules named by noun.
+//! This file only declares the module: every function, class and constant Python sees is
+//! listed below, in one place. The logic lives in modules named by noun.
 
-mod face;
 mod errors;
+mod face;
 mod graph;
+mod key_classes;
 mod kind;
-mod paths;
+mod path_text;
+mod plugins;
 mod registry;
 mod spare;
 mod treespec;
 mod types;
+mod walk;
 
 use pyo3::prelude::*;
 
+/// oxtree's Rust core. The main face's functions are here (`oxtree` re-exports them); the
+/// JAX face's are in the submodule `jax_face` (`oxtree.tree_util` re-exports them).
 // The walks read dicts with `PyDict_Next` and lists through borrowed items, with no
 // critical sections: on a free-threaded CPython the module asks to keep the GIL on.
 #[pymodule(gil_used = true)]
-#[pyo3(name = "_core")]
-fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("MAX_RECURSION_DEPTH", treespec::MAX_DEPTH)?;
-    m.add("NONE_IS_LEAF", true)?;
-    m.add("NONE_IS_NODE", false)?;
-    m.add("GLOBAL_NAMESPACE", "")?;
-    // Facts of the interpreter this module was built for (and so is loaded into), under
-    // optree's names: `sys.abiflags` has "d" for a debug build, "t" for a free-threaded one.
-    let abiflags: String = m
-        .py()
-        .import("sys")?
-        .getattr("abiflags")
-        .and_then(|f| f.extract())
-        .unwrap_or_default();
-    m.add("Py_DEBUG", abiflags.contains('d'))?;
-    m.add("Py_GIL_DISABLED", abiflags.contains('t'))?;
+#[pyo3(module = "oxtree")]
+mod _core {
+    use super::*;
+
+    // The main face: optree's names and signatures, dicts rebuilt in insertion order.
+    #[pymodule_export]
+    use crate::face::optree::{
+        _flatten_one_level, _flatten_with_steps, all_leaves, tree_flatten, tree_flatten_with_keys,
+        tree_flatten_with_path, tree_is_leaf, tree_leaves, tree_leaves_with_path, tree_map,
+        tree_map_, tree_map_with_keys, tree_map_with_path, tree_paths, tree_structure,
+        tree_unflatten,
+    };
+
+    // Treespecs, and the function their pickles call to rebuild one.
+    #[pymodule_export]
+    use crate::treespec::{rebuild_treespec, PyTreeSpec};
+
+    // The registry of node types.
+    #[pymodule_export]
+    use crate::registry::{
+        _register_dataclass_fields, _registrations, get_registry_size, is_dict_insertion_ordered,
+        register_pytree_node, register_static, registered_types, set_dict_insertion_ordered,
+        unregister_pytree_node,
+    };
+
+    // How the core classifies tuple subclasses (namedtuple, struct sequence).
+    #[pymodule_export]
+    use crate::types::{_tuple_fields, _tuple_kind};
+
+    // JAX's key classes, and `keystr`.
+    #[pymodule_export]
+    use crate::key_classes::{keystr, DictKey, FlattenedIndexKey, GetAttrKey, SequenceKey};
+
+    // Graphs: shared and cyclic references.
+    #[pymodule_export]
+    use crate::graph::{_rebuild_graphdef, graph_flatten, graph_unflatten, GraphDef};
+
+    // Prefix errors, in either face's words.
+    #[pymodule_export]
+    use crate::treespec::prefix::{_prefix_errors, PrefixError};
+
+    #[pymodule_export]
+    const MAX_RECURSION_DEPTH: usize = crate::treespec::MAX_DEPTH;
+    #[pymodule_export]
+    const NONE_IS_LEAF: bool = true;
+    #[pymodule_export]
+    const NONE_IS_NODE: bool = false;
+    #[pymodule_export]
+    const GLOBAL_NAMESPACE: &str = "";
     // optree's flags for optional features of its build; oxtree has none of these (no
     // frozendict node kind, no per-interpreter registries, no pybind11).
-    for flag in [
-        "OPTREE_HAS_FROZENDICT",
-        "OPTREE_HAS_SUBINTERPRETER_SUPPORT",
-        "PYBIND11_HAS_NATIVE_ENUM",
-        "PYBIND11_HAS_SUBINTERPRETER_SUPPORT",
-    ] {
-        m.add(flag, false)?;
+    #[pymodule_export]
+    const OPTREE_HAS_FROZENDICT: bool = false;
+    #[pymodule_export]
+    const OPTREE_HAS_SUBINTERPRETER_SUPPORT: bool = false;
+    #[pymodule_export]
+    const PYBIND11_HAS_NATIVE_ENUM: bool = false;
+    #[pymodule_export]
+    const PYBIND11_HAS_SUBINTERPRETER_SUPPORT: bool = false;
+
+    /// The JAX face's entry points: JAX's signatures over the same walks, dicts rebuilt in
+    /// sorted key order (`oxtree.tree_util` and `oxtree.tree` re-export them).
+    #[pymodule(gil_used = true)]
+    mod jax_face {
+        #[pymodule_export]
+        use crate::face::jax::{
+            _flatten_with_path_in, _is_leaf, all_leaves, broadcast_flattened_prefix_with_treedef,
+            tree_flatten, tree_flatten_with_path, tree_leaves, tree_leaves_with_path, tree_map,
+            tree_map_with_path, tree_structure, tree_unflatten,
+        };
     }
-    m.add_class::<treespec::PyTreeSpec>()?;
-    // Imported now, so that no walk needs to import it (a walk of plain leaves then runs no
-    // Python code: see `flatten::leaf_sequence`).
-    types::collections(m.py());
-    m.add("PyTreeKind", kind::py_tree_kind(m.py())?)?;
-    face::optree::register(m)?;
-    paths::register(m)?;
-    face::jax::register(m)?;
-    graph::register(m)?;
-    treespec::prefix::register(m)?;
-    Ok(())
+
+    /// What is known only at import: the interpreter's build, `PyTreeKind` (an `enum.IntEnum`
+    /// made at import), and the module's own rebuild functions, kept for `__reduce__`.
+    #[pymodule_init]
+    fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        let py = m.py();
+        // Facts of the interpreter this module was built for (and so is loaded into), under
+        // optree's names: `sys.abiflags` has "d" for a debug build, "t" for a free-threaded one.
+        let abiflags: String = py
+            .import("sys")?
+            .getattr("abiflags")
+            .and_then(|f| f.extract())
+            .unwrap_or_default();
+        m.add("Py_DEBUG", abiflags.contains('d'))?;
+        m.add("Py_GIL_DISABLED", abiflags.contains('t'))?;
+        // Imported now, so that no walk needs to import it (a walk of plain leaves then runs no
+        // Python code: see `flatten::leaf_sequence`).
+        crate::types::collections(py);
+        m.add("PyTreeKind", crate::kind::py_tree_kind(py)?)?;
+        // Set once per process: a second initialisation (a reload) keeps the first module's
+        // functions, which pickle still finds under the same names.
+        let _ = crate::treespec::pickle::REBUILD.set(py, m.getattr("_rebuild_treespec")?.unbind());
+        let _ = crate::graph::REBUILD.set(py, m.getattr("_rebuild_graphdef")?.unbind());
+        Ok(())
+    }
 }

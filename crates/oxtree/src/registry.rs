@@ -13,6 +13,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
 
+use crate::plugins::Plugin;
 use crate::types::{self, PtrMap};
 
 /// How a registered type is taken apart and put back together.
@@ -374,7 +375,7 @@ fn warn_override(cls: &Bound<'_, PyType>, namespace: &str) -> PyResult<()> {
 /// `path_entry_type` must be a subclass of optree's `PyTreeEntry` (`oxtree.PyTreeEntry`).
 fn check_entry_type(t: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
     let py = t.py();
-    let base = py.import("oxtree.accessors")?.getattr("PyTreeEntry")?;
+    let base = Plugin::EntryBase.get(py)?;
     let ok = t
         .cast::<PyType>()
         .is_ok_and(|ty| ty.is_subclass(&base).unwrap_or(false));

@@ -1,17 +1,17 @@
-//! The JAX face's entry points (`oxtree._core.jax`): JAX's signatures over the same engine,
+//! The JAX face's entry points (`oxtree._core.jax_face`): JAX's signatures over the same engine,
 //! with the JAX options (sorted dict rebuilds, deque and struct sequences as leaves, JAX's
 //! reprs) carried by the treedefs they make.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
-use crate::face::optree as api;
 use crate::errors::Invariant;
 use crate::errors::TreeError;
 use crate::kind::Kind;
 use crate::treespec::flatten::Options;
 use crate::treespec::keys::KeyStyle;
 use crate::treespec::{ops, Face, PyTreeSpec};
+use crate::walk;
 
 fn jax_opts<'a, 'py>(
     is_leaf: Option<&'a Bound<'py, PyAny>>,
@@ -30,11 +30,11 @@ fn jax_opts<'a, 'py>(
 /// ([1, 3, 2], PyTreeDef([*, {'a': (*, None), 'b': *}]))
 #[pyfunction]
 #[pyo3(signature = (tree, is_leaf = None))]
-fn tree_flatten<'py>(
+pub fn tree_flatten<'py>(
     tree: &Bound<'py, PyAny>,
     is_leaf: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyTreeSpec>)> {
-    api::flatten_impl(tree, &jax_opts(is_leaf, false))
+    walk::flatten_impl(tree, &jax_opts(is_leaf, false))
 }
 
 /// The leaves of a pytree.
@@ -43,11 +43,11 @@ fn tree_flatten<'py>(
 /// [1, 2]
 #[pyfunction]
 #[pyo3(signature = (tree, is_leaf = None))]
-fn tree_leaves<'py>(
+pub fn tree_leaves<'py>(
     tree: &Bound<'py, PyAny>,
     is_leaf: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyList>> {
-    api::leaves_impl(tree, &jax_opts(is_leaf, false))
+    walk::leaves_impl(tree, &jax_opts(is_leaf, false))
 }
 
 /// The treedef of a pytree.
@@ -56,11 +56,11 @@ fn tree_leaves<'py>(
 /// PyTreeDef((*, [*, None]))
 #[pyfunction]
 #[pyo3(signature = (tree, is_leaf = None))]
-fn tree_structure<'py>(
+pub fn tree_structure<'py>(
     tree: &Bound<'py, PyAny>,
     is_leaf: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyTreeSpec>> {
-    api::structure_impl(tree, &jax_opts(is_leaf, false))
+    walk::structure_impl(tree, &jax_opts(is_leaf, false))
 }
 
 /// Rebuilds a pytree from a treedef and its leaves.
@@ -69,11 +69,11 @@ fn tree_structure<'py>(
 /// {'a': 1, 'b': 2}
 #[pyfunction]
 #[pyo3(signature = (treedef, leaves))]
-fn tree_unflatten<'py>(
+pub fn tree_unflatten<'py>(
     treedef: &Bound<'py, PyAny>,
     leaves: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    api::unflatten_impl(treedef, leaves)
+    walk::unflatten_impl(treedef, leaves)
 }
 
 /// Maps `f` over the leaves of `tree` and the matching subtrees of `rest`.
@@ -82,13 +82,13 @@ fn tree_unflatten<'py>(
 /// (11, {'a': 22})
 #[pyfunction]
 #[pyo3(signature = (f, tree, *rest, is_leaf = None))]
-fn tree_map<'py>(
+pub fn tree_map<'py>(
     f: &Bound<'py, PyAny>,
     tree: &Bound<'py, PyAny>,
     rest: &Bound<'py, PyTuple>,
     is_leaf: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    api::map_impl(f, tree, rest, &jax_opts(is_leaf, false), true)?
+    walk::map_impl(f, tree, rest, &jax_opts(is_leaf, false), true)?
         .invariant("tree_map kept no result")
 }
 
@@ -98,8 +98,11 @@ fn tree_map<'py>(
 /// (True, False)
 #[pyfunction]
 #[pyo3(signature = (iterable, is_leaf = None))]
-fn all_leaves(iterable: &Bound<'_, PyAny>, is_leaf: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
-    api::all_leaves_impl(iterable, is_leaf, false, "", Face::Jax)
+pub fn all_leaves(
+    iterable: &Bound<'_, PyAny>,
+    is_leaf: Option<&Bound<'_, PyAny>>,
+) -> PyResult<bool> {
+    walk::all_leaves_impl(iterable, is_leaf, false, "", Face::Jax)
 }
 
 /// Flattens with key paths: (`[(key_path, leaf), ...]`, treedef).
@@ -108,12 +111,12 @@ fn all_leaves(iterable: &Bound<'_, PyAny>, is_leaf: Option<&Bound<'_, PyAny>>) -
 /// ([((DictKey(key='a'), SequenceKey(idx=0)), 1)], PyTreeDef({'a': [*]}))
 #[pyfunction]
 #[pyo3(signature = (tree, is_leaf = None, is_leaf_takes_path = false))]
-fn tree_flatten_with_path<'py>(
+pub fn tree_flatten_with_path<'py>(
     tree: &Bound<'py, PyAny>,
     is_leaf: Option<&Bound<'py, PyAny>>,
     is_leaf_takes_path: bool,
 ) -> PyResult<(Bound<'py, PyList>, PyTreeSpec)> {
-    api::keyed_pairs_impl(tree, &jax_opts(is_leaf, is_leaf_takes_path))
+    walk::keyed_pairs_impl(tree, &jax_opts(is_leaf, is_leaf_takes_path))
 }
 
 /// The `(key_path, leaf)` pairs of a pytree.
@@ -122,12 +125,12 @@ fn tree_flatten_with_path<'py>(
 /// [((SequenceKey(idx=0),), 1), ((SequenceKey(idx=1), DictKey(key='x')), 2)]
 #[pyfunction]
 #[pyo3(signature = (tree, is_leaf = None, is_leaf_takes_path = false))]
-fn tree_leaves_with_path<'py>(
+pub fn tree_leaves_with_path<'py>(
     tree: &Bound<'py, PyAny>,
     is_leaf: Option<&Bound<'py, PyAny>>,
     is_leaf_takes_path: bool,
 ) -> PyResult<Bound<'py, PyList>> {
-    Ok(api::keyed_pairs_impl(tree, &jax_opts(is_leaf, is_leaf_takes_path))?.0)
+    Ok(walk::keyed_pairs_impl(tree, &jax_opts(is_leaf, is_leaf_takes_path))?.0)
 }
 
 /// Maps `f(key_path, x, *xs)` over the leaves.
@@ -136,14 +139,14 @@ fn tree_leaves_with_path<'py>(
 /// [1, {'x': 2}]
 #[pyfunction]
 #[pyo3(signature = (f, tree, *rest, is_leaf = None, is_leaf_takes_path = false))]
-fn tree_map_with_path<'py>(
+pub fn tree_map_with_path<'py>(
     f: &Bound<'py, PyAny>,
     tree: &Bound<'py, PyAny>,
     rest: &Bound<'py, PyTuple>,
     is_leaf: Option<&Bound<'py, PyAny>>,
     is_leaf_takes_path: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    api::map_with_paths_impl(
+    walk::map_with_paths_impl(
         f,
         tree,
         rest,
@@ -155,8 +158,8 @@ fn tree_map_with_path<'py>(
 /// Whether `tree` is a leaf to JAX (None is not: it is a node without children).
 #[pyfunction]
 #[pyo3(signature = (tree, is_leaf = None))]
-fn _is_leaf(tree: &Bound<'_, PyAny>, is_leaf: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
-    api::is_leaf_impl(tree, is_leaf, false, "", Face::Jax)
+pub fn _is_leaf(tree: &Bound<'_, PyAny>, is_leaf: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+    walk::is_leaf_impl(tree, is_leaf, false, "", Face::Jax)
 }
 
 /// `tree_flatten_with_path` with the registrations of `namespace`: how `oxtree.jax` hands a
@@ -164,7 +167,7 @@ fn _is_leaf(tree: &Bound<'_, PyAny>, is_leaf: Option<&Bound<'_, PyAny>>) -> PyRe
 /// aux data, JAX's keys).
 #[pyfunction]
 #[pyo3(signature = (tree, is_leaf = None, *, namespace = ""))]
-fn _flatten_with_path_in<'py>(
+pub fn _flatten_with_path_in<'py>(
     tree: &Bound<'py, PyAny>,
     is_leaf: Option<&Bound<'py, PyAny>>,
     namespace: &str,
@@ -173,7 +176,7 @@ fn _flatten_with_path_in<'py>(
         face: Face::Jax,
         ..Options::new(is_leaf, false, namespace)
     };
-    api::keyed_pairs_impl(tree, &opts)
+    walk::keyed_pairs_impl(tree, &opts)
 }
 
 /// Each of `prefix_leaves` (the leaves of `prefix_treedef`) repeated once per leaf of the
@@ -185,7 +188,7 @@ fn _flatten_with_path_in<'py>(
 /// ['x', 'x', 'y']
 #[pyfunction]
 #[pyo3(signature = (prefix_leaves, prefix_treedef, full_treedef))]
-fn broadcast_flattened_prefix_with_treedef<'py>(
+pub fn broadcast_flattened_prefix_with_treedef<'py>(
     prefix_leaves: &Bound<'py, PyAny>,
     prefix_treedef: PyRef<'py, PyTreeSpec>,
     full_treedef: PyRef<'py, PyTreeSpec>,
@@ -232,28 +235,4 @@ fn broadcast_flattened_prefix_with_treedef<'py>(
         out.extend(std::iter::repeat_n(leaf, n));
     }
     PyList::new(py, out)
-}
-
-pub fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
-    let m = PyModule::new(parent.py(), "jax")?;
-    // Its full name, so its functions' `__module__` says where they live (and nothing
-    // mistakes it for the `jax` package).
-    m.setattr("__name__", "oxtree._core.jax")?;
-    m.add_function(wrap_pyfunction!(tree_flatten, &m)?)?;
-    m.add_function(wrap_pyfunction!(tree_leaves, &m)?)?;
-    m.add_function(wrap_pyfunction!(tree_structure, &m)?)?;
-    m.add_function(wrap_pyfunction!(tree_unflatten, &m)?)?;
-    m.add_function(wrap_pyfunction!(tree_map, &m)?)?;
-    m.add_function(wrap_pyfunction!(all_leaves, &m)?)?;
-    m.add_function(wrap_pyfunction!(tree_flatten_with_path, &m)?)?;
-    m.add_function(wrap_pyfunction!(tree_leaves_with_path, &m)?)?;
-    m.add_function(wrap_pyfunction!(tree_map_with_path, &m)?)?;
-    m.add_function(wrap_pyfunction!(_is_leaf, &m)?)?;
-    m.add_function(wrap_pyfunction!(_flatten_with_path_in, &m)?)?;
-    m.add_function(wrap_pyfunction!(
-        broadcast_flattened_prefix_with_treedef,
-        &m
-    )?)?;
-    parent.add("jax", &m)?;
-    Ok(())
 }

@@ -19,7 +19,7 @@ use smallvec::SmallVec;
 use super::{Face, Node};
 use crate::errors::TreeError;
 use crate::kind::Kind;
-use crate::paths;
+use crate::path_text;
 use crate::registry::{Registration, Registry};
 use crate::types;
 
@@ -1042,7 +1042,7 @@ fn frame_path(py: Python<'_>, frames: &[Frame<'_>], payloads: &[Node]) -> String
         .zip(&nodes)
         .map(|(f, n)| n.entry(py, f.pos.saturating_sub(1)))
         .collect();
-    paths::render("tree", &entries)
+    path_text::render("tree", &entries)
 }
 
 /// Looks a key up in a dict without calling `__missing__`; `None` if it is absent.

@@ -11,8 +11,8 @@ use pyo3::types::{PyInt, PyString, PyTuple};
 use smallvec::SmallVec;
 
 use super::{custom, Node, PyTreeSpec};
+use crate::key_classes::{DictKey, FlattenedIndexKey, GetAttrKey, SequenceKey};
 use crate::kind::Kind;
-use crate::paths::{DictKey, FlattenedIndexKey, GetAttrKey, SequenceKey};
 use crate::types;
 
 #[derive(Clone, Copy, PartialEq, Eq)]

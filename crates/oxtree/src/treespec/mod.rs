@@ -10,7 +10,7 @@ mod dict_template;
 pub mod flatten;
 pub mod keys;
 pub mod ops;
-mod pickle;
+pub mod pickle;
 pub mod prefix;
 mod proto;
 mod repr;
@@ -26,7 +26,8 @@ use pyo3::PyTraverseError;
 
 use crate::errors::TreeError;
 use crate::kind::Kind;
-use crate::paths::{self, PathEntry};
+use crate::path_text::{self, PathEntry};
+use crate::plugins::Plugin;
 use crate::registry::Registration;
 use crate::types;
 
@@ -353,10 +354,10 @@ pub enum Face {
 /// How a registered node's child key reads in a path: JAX key objects by their str, raw
 /// optree entries as flat indices.
 pub fn custom_entry_text(entry: &Bound<'_, PyAny>) -> String {
-    let is_key = entry.is_instance_of::<crate::paths::SequenceKey>()
-        || entry.is_instance_of::<crate::paths::DictKey>()
-        || entry.is_instance_of::<crate::paths::GetAttrKey>()
-        || entry.is_instance_of::<crate::paths::FlattenedIndexKey>();
+    let is_key = entry.is_instance_of::<crate::key_classes::SequenceKey>()
+        || entry.is_instance_of::<crate::key_classes::DictKey>()
+        || entry.is_instance_of::<crate::key_classes::GetAttrKey>()
+        || entry.is_instance_of::<crate::key_classes::FlattenedIndexKey>();
     // A raw entry reads as the FlattenedIndexKey it becomes in a JAX key path.
     match entry.str() {
         Ok(t) if is_key => t.to_string(),
@@ -578,7 +579,7 @@ impl PyTreeSpec {
             .into_iter()
             .map(|(n, j)| self.nodes[n].entry(py, j))
             .collect();
-        paths::render(root, &entries)
+        path_text::render(root, &entries)
     }
 
     fn check_same_options(&self, other: &PyTreeSpec, what: &str) -> Result<(), TreeError> {
@@ -676,7 +677,7 @@ impl PyTreeSpec {
         let py = tree.py();
         let out =
             crate::registry::with_registry(|reg| traverse::flatten_up_to(self, tree, reg, None))?;
-        Ok(crate::face::optree::list_from_vec(py, out))
+        Ok(crate::walk::list_from_vec(py, out))
     }
 
     /// The treespec made by replacing every leaf of this one with `inner`.
@@ -712,9 +713,7 @@ impl PyTreeSpec {
     /// The accessor of every leaf (`PyTreeAccessor`), which fetches it from a tree.
     fn accessors<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let steps = keys::leaf_paths(self, py, keys::KeyStyle::Steps)?;
-        py.import("oxtree.accessors")?
-            .getattr("_from_steps")?
-            .call1((steps,))
+        Plugin::AccessorsFromSteps.get(py)?.call1((steps,))
     }
 
     /// The entries (raw keys) of the root's children.
@@ -884,9 +883,7 @@ impl PyTreeSpec {
     /// `treespec_from_json` reads it back.
     fn to_json<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
-        py.import("oxtree.serialization")?
-            .getattr("treespec_to_json")?
-            .call1((slf,))
+        Plugin::TreespecToJson.get(py)?.call1((slf,))
     }
 
     /// The treedef in JAX's `PyTreeDefProto` wire format (the bytes JAX gives): leaves,
@@ -936,10 +933,7 @@ impl PyTreeSpec {
 
     /// A collapsible HTML view for notebooks (`oxtree.pretty.treespec_html`).
     fn _repr_html_<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        slf.py()
-            .import("oxtree.pretty")?
-            .getattr("treespec_html")?
-            .call1((slf,))
+        Plugin::TreespecHtml.get(slf.py())?.call1((slf,))
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {

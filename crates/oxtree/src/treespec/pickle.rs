@@ -2,10 +2,11 @@
 //! corrupted or hand-made state raises ValueError instead of building a broken treespec.
 
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyList, PyTuple, PyType};
 
 use super::{Face, Node, PyTreeSpec};
-use crate::errors::TreeError;
+use crate::errors::{Invariant, TreeError};
 use crate::kind::Kind;
 use crate::registry;
 use crate::types;
@@ -68,9 +69,17 @@ pub fn state<'py>(spec: &PyTreeSpec, py: Python<'py>) -> PyResult<Bound<'py, PyT
     )
 }
 
+/// The module's `_rebuild_treespec`, kept when `oxtree._core` is initialised (`lib.rs`):
+/// pickle saves a function by name and checks that the name gives back the same object, so
+/// `__reduce__` hands it the module's own, without importing the module to find it.
+pub static REBUILD: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
 pub fn reduce<'py>(spec: &PyTreeSpec, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-    let module = py.import("oxtree._core")?;
-    let rebuild = module.getattr("_rebuild_treespec")?;
+    let rebuild = REBUILD
+        .get(py)
+        .invariant("_rebuild_treespec was kept at import")?
+        .bind(py)
+        .clone();
     PyTuple::new(
         py,
         [rebuild, PyTuple::new(py, [state(spec, py)?])?.into_any()],

@@ -399,7 +399,7 @@ pub fn prefix_errors<'py>(
             let mut entry = String::new();
             match (face, pn.entry(py, j)) {
                 // optree's accessors quote a registered node's raw entries.
-                (Face::Optree, crate::paths::PathEntry::Text(_)) if pn.kind == Kind::Custom => {
+                (Face::Optree, crate::path_text::PathEntry::Text(_)) if pn.kind == Kind::Custom => {
                     let raw = super::keys::child_key(py, pn, j, super::keys::KeyStyle::Raw)?;
                     entry = format!("[<flat index {}>]", crate::errors::repr(&raw));
                 }
@@ -431,10 +431,4 @@ pub fn _prefix_errors<'py>(
         ..Options::new(is_leaf, none_is_leaf, namespace)
     };
     crate::registry::with_registry(|reg| prefix_errors(prefix_tree, full_tree, &opts, reg))
-}
-
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<PrefixError>()?;
-    m.add_function(wrap_pyfunction!(_prefix_errors, m)?)?;
-    Ok(())
 }

@@ -329,7 +329,7 @@ fn keyed_path(
     registry: &Registry,
     root: &str,
 ) -> PyResult<String> {
-    use crate::paths::PathEntry;
+    use crate::path_text::PathEntry;
     let mut entries = Vec::new();
     let mut cur = tree.clone();
     for (n, j) in spec.path_chain(idx) {
@@ -369,5 +369,5 @@ fn keyed_path(
                 .ok_or_else(|| PyErr::new::<pyo3::exceptions::PyValueError, _>("no child"))?;
         }
     }
-    Ok(crate::paths::render(root, &entries))
+    Ok(crate::path_text::render(root, &entries))
 }

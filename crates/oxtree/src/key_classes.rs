@@ -1,73 +1,10 @@
-//! Path entries and their `keystr` rendering (`['a'][0].x`), used by error messages.
-
-use pyo3::prelude::*;
-
-/// One step from a container to a child.
-pub enum PathEntry<'py> {
-    /// A position in a sequence, or a flattened index of a custom node.
-    Index(usize),
-    /// A mapping key.
-    Key(Bound<'py, PyAny>),
-    /// A named field (namedtuple, struct sequence, dataclass).
-    Attr(String),
-    /// Already rendered (a registered key's str, `[<flat index 0>]`).
-    Text(String),
-}
-
-impl PathEntry<'_> {
-    pub fn write_to(&self, out: &mut String) {
-        match self {
-            PathEntry::Index(i) => {
-                out.push('[');
-                out.push_str(&i.to_string());
-                out.push(']');
-            }
-            PathEntry::Key(k) => {
-                out.push('[');
-                match k.repr() {
-                    Ok(r) => out.push_str(&r.to_string_lossy()),
-                    Err(_) => out.push('?'),
-                }
-                out.push(']');
-            }
-            PathEntry::Attr(name) => {
-                out.push('.');
-                out.push_str(name);
-            }
-            PathEntry::Text(text) => out.push_str(text),
-        }
-    }
-}
-
-/// `root` followed by each entry in keystr form, e.g. `tree[1]['b'].x`.
-pub fn render(root: &str, entries: &[PathEntry<'_>]) -> String {
-    let mut out = String::from(root);
-    for e in entries {
-        e.write_to(&mut out);
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn index_and_attr_render_without_python() {
-        let entries = [
-            PathEntry::Index(1),
-            PathEntry::Attr("x".into()),
-            PathEntry::Index(0),
-        ];
-        assert_eq!(render("tree", &entries), "tree[1].x[0]");
-        assert_eq!(render("tree", &[]), "tree");
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// JAX's key classes.
+//! JAX's key classes (`SequenceKey`, `DictKey`, `GetAttrKey`, `FlattenedIndexKey`), the
+//! entries of JAX-style key paths (`oxtree.tree_util.tree_flatten_with_path`,
+//! `oxtree.tree_flatten_with_keys`; `treespec/keys.rs` makes them), and `keystr`, which joins
+//! their string forms.
 
 use pyo3::basic::CompareOp;
+use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 
 /// A position in a sequence: `SequenceKey(idx=0)`, printed `[0]`.
@@ -312,13 +249,4 @@ pub fn keystr(keys: &Bound<'_, PyAny>, simple: bool, separator: &str) -> PyResul
         });
     }
     Ok(parts.join(separator))
-}
-
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<SequenceKey>()?;
-    m.add_class::<DictKey>()?;
-    m.add_class::<GetAttrKey>()?;
-    m.add_class::<FlattenedIndexKey>()?;
-    m.add_function(wrap_pyfunction!(keystr, m)?)?;
-    Ok(())
 }

@@ -1,0 +1,369 @@
+//! The operations both faces call: each `*_impl` function checks its arguments, runs one walk
+//! under the `Options` a face chose (dict order, whether `None` is a leaf, namespace, error
+//! language) and returns Python objects. The faces' entry points (`face/optree.rs`,
+//! `face/jax.rs`) and the graph functions (`graph.rs`) only choose what they pass.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+
+use crate::errors::{type_name, TreeError};
+use crate::registry;
+use crate::treespec::flatten::{self, Class, Flat, Options, Walked};
+use crate::treespec::keys::{self, KeyStyle};
+use crate::treespec::{Face, PyTreeSpec};
+
+/// A list that takes over the references in `items`.
+pub fn list_from_vec<'py>(py: Python<'py>, items: Vec<Bound<'py, PyAny>>) -> Bound<'py, PyList> {
+    crate::treespec::unflatten_list(py, items)
+}
+
+pub fn check_is_leaf(is_leaf: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    match is_leaf {
+        Some(f) if !f.is_callable() => Err(TreeError::Type(format!(
+            "is_leaf must be a callable or None, got {}",
+            type_name(f)
+        ))
+        .into()),
+        _ => Ok(()),
+    }
+}
+
+fn namespace_of(flat_namespaced: bool, namespace: &str) -> String {
+    if flat_namespaced {
+        namespace.to_owned()
+    } else {
+        String::new()
+    }
+}
+
+/// The treespec a walk produced (its nodes and the registrations they point to), with the
+/// options it was made under.
+pub fn spec_of(
+    flat_nodes: Vec<crate::treespec::Node>,
+    registrations: Vec<std::sync::Arc<registry::Registration>>,
+    namespaced: bool,
+    opts: &Options<'_, '_>,
+) -> PyTreeSpec {
+    PyTreeSpec::from_walk(
+        flat_nodes,
+        registrations,
+        opts.none_is_leaf,
+        namespace_of(namespaced, opts.namespace),
+    )
+    .with_face(opts.face)
+}
+
+/// `(leaves, treespec)` under `opts`.
+pub fn flatten_impl<'py>(
+    tree: &Bound<'py, PyAny>,
+    opts: &Options<'_, 'py>,
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyTreeSpec>)> {
+    check_is_leaf(opts.is_leaf)?;
+    let walked =
+        registry::with_registry(|reg| flatten::flatten_or_sequence::<true, true>(tree, opts, reg))?;
+    Ok(match walked {
+        Walked::Sequence(kind, n) => (
+            items_list(tree),
+            flat_spec(tree.py(), &mut Flat::leaf_sequence(kind, n), opts)?,
+        ),
+        Walked::Flat(mut flat) => {
+            let spec = flat_spec(tree.py(), &mut flat, opts)?;
+            (list_from_vec(tree.py(), flat.leaves), spec)
+        }
+    })
+}
+
+/// The treespec of a walk as a Python object (see `spec_into_py`), taking the walk's nodes
+/// and registrations and leaving its leaves.
+pub fn flat_spec<'py>(
+    py: Python<'py>,
+    flat: &mut Flat<'py>,
+    opts: &Options<'_, 'py>,
+) -> PyResult<Bound<'py, PyTreeSpec>> {
+    let spec = spec_of(
+        std::mem::take(&mut flat.nodes),
+        std::mem::take(&mut flat.registrations),
+        flat.namespaced,
+        opts,
+    );
+    spec_into_py(py, spec, flat.acyclic)
+}
+
+/// A new list of the items of an exact tuple or list (a `Walked::Sequence` tree).
+fn items_list<'py>(seq: &Bound<'py, PyAny>) -> Bound<'py, PyList> {
+    if let Ok(list) = seq.cast::<PyList>() {
+        // SAFETY: a slice of a list is a new list; NULL only on memory error, which
+        // `from_owned_ptr` turns into a panic caught at the boundary.
+        return unsafe {
+            Bound::from_owned_ptr(
+                seq.py(),
+                pyo3::ffi::PyList_GetSlice(list.as_ptr(), 0, list.len() as pyo3::ffi::Py_ssize_t),
+            )
+            .cast_into_unchecked()
+        };
+    }
+    // SAFETY: the caller passes a tuple or a list, and the list was handled above.
+    let tuple = unsafe { seq.cast_unchecked::<PyTuple>() };
+    crate::treespec::list_from(seq.py(), tuple.iter())
+}
+
+/// The treespec as a Python object, untracked by the collector when it holds nothing that
+/// could be part of a cycle (most treespecs: leaves, tuples, lists, dicts with str keys).
+/// Measured on a gpt2-like dict flatten: the collector's passes over young treespecs were a
+/// tenth of the time.
+pub fn spec_into_py(
+    py: Python<'_>,
+    spec: PyTreeSpec,
+    acyclic: bool,
+) -> PyResult<Bound<'_, PyTreeSpec>> {
+    Ok(untracked_if(Bound::new(py, spec)?, acyclic))
+}
+
+/// A new immutable object (treespec, graphdef), untracked by the collector when `acyclic`
+/// says nothing it holds could be part of a cycle.
+pub fn untracked_if<T>(obj: Bound<'_, T>, acyclic: bool) -> Bound<'_, T> {
+    if acyclic {
+        // SAFETY: the object is alive and tracked; its own dealloc untracks it only if it is
+        // still tracked. Nothing it holds can reach it back.
+        unsafe { pyo3::ffi::PyObject_GC_UnTrack(obj.as_ptr().cast()) };
+    }
+    obj
+}
+
+/// The leaves under `opts`.
+pub fn leaves_impl<'py>(
+    tree: &Bound<'py, PyAny>,
+    opts: &Options<'_, 'py>,
+) -> PyResult<Bound<'py, PyList>> {
+    check_is_leaf(opts.is_leaf)?;
+    let walked = registry::with_registry(|reg| {
+        flatten::flatten_or_sequence::<false, true>(tree, opts, reg)
+    })?;
+    Ok(match walked {
+        Walked::Sequence(..) => items_list(tree),
+        Walked::Flat(flat) => list_from_vec(tree.py(), flat.leaves),
+    })
+}
+
+/// The treespec under `opts`.
+pub fn structure_impl<'py>(
+    tree: &Bound<'py, PyAny>,
+    opts: &Options<'_, 'py>,
+) -> PyResult<Bound<'py, PyTreeSpec>> {
+    check_is_leaf(opts.is_leaf)?;
+    let walked = registry::with_registry(|reg| {
+        flatten::flatten_or_sequence::<true, false>(tree, opts, reg)
+    })?;
+    let mut flat = match walked {
+        Walked::Sequence(kind, n) => Flat::leaf_sequence(kind, n),
+        Walked::Flat(flat) => flat,
+    };
+    flat_spec(tree.py(), &mut flat, opts)
+}
+
+/// `tree_unflatten(treespec, leaves)` with a clear error for a non-treespec.
+pub fn unflatten_impl<'py>(
+    treespec: &Bound<'py, PyAny>,
+    leaves: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let spec = treespec.cast::<PyTreeSpec>().map_err(|_| {
+        TreeError::Type(format!(
+            "tree_unflatten expects a treespec as its first argument, got {}",
+            type_name(treespec)
+        ))
+    })?;
+    crate::treespec::unflatten_iterable(spec.get(), leaves)
+}
+
+/// `tree_map` under `opts`; with `keep_results == false` (`tree_map_`) nothing is rebuilt.
+pub fn map_impl<'py>(
+    func: &Bound<'py, PyAny>,
+    tree: &Bound<'py, PyAny>,
+    rests: &Bound<'py, PyTuple>,
+    opts: &Options<'_, 'py>,
+    keep_results: bool,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let py = tree.py();
+    if !func.is_callable() {
+        return Err(
+            TreeError::Type(format!("func must be callable, got {}", type_name(func))).into(),
+        );
+    }
+    check_is_leaf(opts.is_leaf)?;
+    let flat = registry::with_registry(|reg| flatten::flatten_opts::<true, true>(tree, opts, reg))?;
+    let spec = spec_of(flat.nodes, flat.registrations, flat.namespaced, opts);
+    let mut results = Vec::with_capacity(if keep_results { flat.leaves.len() } else { 0 });
+    if rests.is_empty() {
+        for leaf in &flat.leaves {
+            let r = func.call1((leaf,))?;
+            if keep_results {
+                results.push(r);
+            }
+        }
+    } else {
+        let others = registry::with_registry(|reg| {
+            flatten_rests(&spec, tree, rests, opts, "tree_map", reg)
+        })?;
+        for (i, leaf) in flat.leaves.iter().enumerate() {
+            let r = if let [other] = others.as_slice() {
+                func.call1((leaf, &other[i]))?
+            } else {
+                let mut args = Vec::with_capacity(others.len() + 1);
+                args.push(leaf.clone());
+                args.extend(others.iter().map(|o| o[i].clone()));
+                func.call1(crate::treespec::tuple_from_vec(py, args))?
+            };
+            if keep_results {
+                results.push(r);
+            }
+        }
+    }
+    if keep_results {
+        Ok(Some(crate::treespec::build(py, &spec, results)?))
+    } else {
+        Ok(None)
+    }
+}
+
+/// Each of `rests` flattened up to `spec`, the treespec of `tree`; errors naming which one
+/// differs. On the JAX face a mismatch is described as JAX's `tree_map` does: the first prefix
+/// error of `tree` against that tree, naming the prefix `{caller} tree`.
+fn flatten_rests<'py>(
+    spec: &PyTreeSpec,
+    tree: &Bound<'py, PyAny>,
+    rests: &Bound<'py, PyTuple>,
+    opts: &Options<'_, 'py>,
+    caller: &str,
+    reg: &registry::Registry,
+) -> PyResult<Vec<Vec<Bound<'py, PyAny>>>> {
+    let mut others = Vec::with_capacity(rests.len());
+    for (i, rest) in rests.iter().enumerate() {
+        let which = format!("rests[{i}]");
+        match crate::treespec::flatten_up_to(spec, &rest, reg, Some(&which)) {
+            Ok(found) => others.push(found),
+            Err(err) if spec.face == Face::Jax && err.is_instance_of::<PyValueError>(tree.py()) => {
+                let errors = crate::treespec::prefix::prefix_errors(tree, &rest, opts, reg)?;
+                return Err(match errors.first() {
+                    Some(first) => PyValueError::new_err(first.render(&format!("{caller} tree"))),
+                    None => err,
+                });
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(others)
+}
+
+/// Whether `tree` is a single leaf under these options.
+pub fn is_leaf_impl(
+    tree: &Bound<'_, PyAny>,
+    is_leaf: Option<&Bound<'_, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+    face: Face,
+) -> PyResult<bool> {
+    check_is_leaf(is_leaf)?;
+    if let Some(f) = is_leaf {
+        if f.call1((tree,))?.is_truthy()? {
+            return Ok(true);
+        }
+    }
+    Ok(registry::with_registry(|reg| {
+        matches!(
+            flatten::classify(tree, none_is_leaf, reg, namespace, face),
+            Class::Leaf
+        )
+    }))
+}
+
+/// Whether every item of `iterable` is a leaf.
+pub fn all_leaves_impl(
+    iterable: &Bound<'_, PyAny>,
+    is_leaf: Option<&Bound<'_, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+    face: Face,
+) -> PyResult<bool> {
+    check_is_leaf(is_leaf)?;
+    for item in iterable.try_iter()? {
+        if !is_leaf_impl(&item?, is_leaf, none_is_leaf, namespace, face)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Each leaf's path, the leaves, and the treespec.
+type WithPaths<'py> = (Vec<Bound<'py, PyTuple>>, Vec<Bound<'py, PyAny>>, PyTreeSpec);
+
+/// Flattens with key paths in the given style: (paths, leaves, treespec).
+pub fn paths_impl<'py>(
+    tree: &Bound<'py, PyAny>,
+    opts: &Options<'_, 'py>,
+    style: KeyStyle,
+) -> PyResult<WithPaths<'py>> {
+    check_is_leaf(opts.is_leaf)?;
+    let opts = Options {
+        with_keys: style == KeyStyle::Keys,
+        ..*opts
+    };
+    let flat =
+        registry::with_registry(|reg| flatten::flatten_opts::<true, true>(tree, &opts, reg))?;
+    let spec = spec_of(flat.nodes, flat.registrations, flat.namespaced, &opts);
+    let paths = keys::leaf_paths(&spec, tree.py(), style)?;
+    Ok((paths, flat.leaves, spec))
+}
+
+pub fn tuples_to_list<'py>(py: Python<'py>, items: Vec<Bound<'py, PyTuple>>) -> Bound<'py, PyList> {
+    list_from_vec(py, items.into_iter().map(Bound::into_any).collect())
+}
+
+/// JAX-style `([(key_path, leaf), ...], treespec)` under `opts`.
+pub fn keyed_pairs_impl<'py>(
+    tree: &Bound<'py, PyAny>,
+    opts: &Options<'_, 'py>,
+) -> PyResult<(Bound<'py, PyList>, PyTreeSpec)> {
+    let py = tree.py();
+    let (paths, leaves, spec) = paths_impl(tree, opts, KeyStyle::Keys)?;
+    let pairs: Vec<Bound<'py, PyAny>> = paths
+        .into_iter()
+        .zip(leaves)
+        .map(|(p, l)| crate::treespec::tuple_pair(py, p.into_any(), l).into_any())
+        .collect();
+    Ok((list_from_vec(py, pairs), spec))
+}
+
+/// Maps `func(path, leaf, *others)` over a tree, with paths in the given style.
+pub fn map_with_paths_impl<'py>(
+    func: &Bound<'py, PyAny>,
+    tree: &Bound<'py, PyAny>,
+    rests: &Bound<'py, PyTuple>,
+    opts: &Options<'_, 'py>,
+    style: KeyStyle,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = tree.py();
+    if !func.is_callable() {
+        return Err(
+            TreeError::Type(format!("func must be callable, got {}", type_name(func))).into(),
+        );
+    }
+    let (paths, leaves, spec) = paths_impl(tree, opts, style)?;
+    let others = registry::with_registry(|reg| {
+        flatten_rests(&spec, tree, rests, opts, "tree_map_with_path", reg)
+    })?;
+    let mut results = Vec::with_capacity(leaves.len());
+    for (i, (path, leaf)) in paths.into_iter().zip(leaves).enumerate() {
+        let r = if others.is_empty() {
+            func.call1((path, leaf))?
+        } else {
+            let mut args = Vec::with_capacity(others.len() + 2);
+            args.push(path.into_any());
+            args.push(leaf);
+            args.extend(others.iter().map(|o| o[i].clone()));
+            func.call1(crate::treespec::tuple_from_vec(py, args))?
+        };
+        results.push(r);
+    }
+    crate::treespec::build(py, &spec, results)
+}
