@@ -255,6 +255,16 @@ fn flatten_rests<'py>(
     Ok(others)
 }
 
+/// `(children, one-level treespec)` of `tree` under `opts`: its children as leaves.
+pub fn one_level_impl<'py>(
+    tree: &Bound<'py, PyAny>,
+    opts: &Options<'_, 'py>,
+) -> PyResult<(Bound<'py, PyList>, PyTreeSpec)> {
+    let flat = registry::with_registry(|reg| flatten::flatten_one_level(tree, opts, reg))?;
+    let spec = spec_of(flat.nodes, flat.registrations, flat.namespaced, opts);
+    Ok((list_from_vec(tree.py(), flat.leaves), spec))
+}
+
 /// Whether `tree` is a single leaf under these options.
 pub fn is_leaf_impl(
     tree: &Bound<'_, PyAny>,

@@ -5,8 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
 use crate::errors::Invariant;
-use crate::registry;
-use crate::treespec::flatten::{self, Options};
+use crate::treespec::flatten::Options;
 use crate::treespec::keys::KeyStyle;
 use crate::treespec::{Face, PyTreeSpec};
 use crate::walk;
@@ -325,7 +324,5 @@ pub fn _flatten_one_level<'py>(
         face,
         ..Options::new(None, none_is_leaf, namespace)
     };
-    let flat = registry::with_registry(|reg| flatten::flatten_one_level(tree, &opts, reg))?;
-    let spec = walk::spec_of(flat.nodes, flat.registrations, flat.namespaced, &opts);
-    Ok((walk::list_from_vec(tree.py(), flat.leaves), spec))
+    walk::one_level_impl(tree, &opts)
 }
