@@ -17,8 +17,6 @@ import optax
 import pytest
 from oxtree import Kind
 
-pytest.importorskip("orbax.checkpoint")  # a test-only dependency (requirements-dev.txt)
-
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "examples" / "transformer.py"
 _spec = importlib.util.spec_from_file_location("oxtree_example_transformer", SCRIPT)

@@ -496,6 +496,21 @@ def _is_module(x: Any) -> bool:
     return isinstance(x, Module)
 
 
+class _instance_only:
+    """A method found on instances only, not on the class. Treescope takes a class that has
+    ``_repr_html_`` for one whose own HTML replaces treescope's rendering; a Module renders
+    in treescope natively (``__treescope_repr__``), while notebooks without treescope, which
+    ask the instance, still get its HTML view."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            raise AttributeError(self.fn.__name__)
+        return self.fn.__get__(obj, owner)
+
+
 # --------------------------------------------------------------------------------------------
 # The base class
 # --------------------------------------------------------------------------------------------
@@ -912,6 +927,7 @@ class Module:
 
         return pformat(self)
 
+    @_instance_only
     def _repr_html_(self) -> str:
         from oxtree.pretty import view
 
