@@ -11,6 +11,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import oxtree
 import oxtree.jax as oxjax
 import pytest
 from oxtree import Kind, Module, Parameter, State
@@ -525,3 +526,47 @@ def test_eval_shape_runs_nothing_and_leaves_the_arguments_alone() -> None:
     assert shape == (jax.ShapeDtypeStruct((2, 3), jnp.float32), "tag")
     with pytest.raises(TypeError, match="filter_eval_shape expects a callable"):
         filter_eval_shape(3)
+
+
+# --------------------------------------------------------------------------------------------
+# A change the caller's objects cannot take
+
+
+class Box:
+    """A node rebuilt from its children: a change to it cannot be written back in place."""
+
+    def __init__(self, x: Any) -> None:
+        self.x = x
+
+
+oxtree.register_pytree_node(Box, lambda b: ((b.x,), None), lambda _, c: Box(*c))
+
+
+@pytest.mark.parametrize("transform", ["vmap", "remat"])
+def test_a_change_that_cannot_be_written_back_is_an_error_touching_nothing(
+    transform: str,
+) -> None:
+    def f(m: Linear, box: Box) -> None:
+        m.calls = m.calls + 1
+        box.x = box.x * 2
+
+    m, box = ensemble(), Box(jnp.ones(3))
+    calls, x = m.calls, box.x
+    lifted = filter_vmap(f) if transform == "vmap" else filter_remat(f)
+    with pytest.raises(ValueError, match=rf"filter_{transform}: the function changed args\[1\]"):
+        lifted(m, box)
+    assert m.calls is calls
+    assert box.x is x
+
+
+def test_scan_change_to_xs_that_cannot_be_written_back_touches_nothing() -> None:
+    def body(c: Any, pair: tuple[Any, Any]) -> Any:
+        pair[0].calls = pair[0].calls + 1
+        pair[1].x = pair[1].x + 1
+        return c, None
+
+    stack, box = layers(), Box(jnp.zeros(4))
+    calls = stack.calls
+    with pytest.raises(ValueError, match=r"filter_scan: the function changed xs\[1\]"):
+        filter_scan(body, jnp.zeros(()), (stack, box))
+    assert stack.calls is calls
