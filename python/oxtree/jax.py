@@ -61,6 +61,11 @@ __all__ = [
     "filter_jit",
     "filter_grad",
     "filter_value_and_grad",
+    "filter_vmap",
+    "filter_scan",
+    "filter_remat",
+    "filter_eval_shape",
+    "StateAxes",
     "partition",
     "combine",
     "is_array",
@@ -1024,3 +1029,12 @@ def combine(*trees: Any, is_leaf: Callable[[Any], bool] | None = None, namespace
 
 # Module classes defined (or instances made) before JAX was imported register now.
 _module._register_pending_with_jax()
+
+# The lifted transforms live in their own module, built on the helpers above.
+from oxtree._lifted import (  # noqa: E402
+    StateAxes,
+    filter_eval_shape,
+    filter_remat,
+    filter_scan,
+    filter_vmap,
+)

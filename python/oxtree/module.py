@@ -496,6 +496,21 @@ def _is_module(x: Any) -> bool:
     return isinstance(x, Module)
 
 
+class _instance_only:
+    """A method found on instances only, not on the class. Treescope takes a class that has
+    ``_repr_html_`` for one whose own HTML replaces treescope's rendering; a Module renders
+    in treescope natively (``__treescope_repr__``), while notebooks without treescope, which
+    ask the instance, still get its HTML view."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            raise AttributeError(self.fn.__name__)
+        return self.fn.__get__(obj, owner)
+
+
 # --------------------------------------------------------------------------------------------
 # The base class
 # --------------------------------------------------------------------------------------------
@@ -912,10 +927,18 @@ class Module:
 
         return pformat(self)
 
+    @_instance_only
     def _repr_html_(self) -> str:
         from oxtree.pretty import view
 
         return view(self)._repr_html_()
+
+    def __treescope_repr__(self, path: str | None, subtree_renderer: Any) -> Any:
+        """Treescope's rendering hook: the module in constructor form, its leaves counted by
+        kind on the first line (see ``oxtree._treescope``)."""
+        from oxtree._treescope import render
+
+        return render(self, path, subtree_renderer)
 
 
 _DEF_SLOT = Module.__dict__["_oxtree_def"]
@@ -1001,22 +1024,25 @@ def _check_like(m: Module, what: str, gd: Any, old: list[Any], new: list[Any]) -
 def _leaf_kinds(root: Module, gd: Any) -> list[Kind | None]:
     """The kind of the attribute each graph leaf of ``root`` lies under (None when no module
     attribute holds it), found by following its path."""
-    kinds: list[Kind | None] = []
-    for path in gd.paths():
-        node: Any = root
-        kind: Kind | None = None
-        for entry in path:
-            if isinstance(node, Module) and type(entry) is GetAttrKey:
-                kind = node._oxtree_def.layout.name_to_kind.get(entry.name, Kind.OTHERS)
-                node = node.__dict__.get(entry.name)
-                continue
-            key = getattr(entry, "idx", getattr(entry, "key", _MISSING))
-            try:
-                node = node[key]
-            except Exception:  # a registered node's entry: the kind stays that of its holder
-                break
-        kinds.append(kind)
-    return kinds
+    return [_kind_at(root, path) for path in gd.paths()]
+
+
+def _kind_at(root: Any, path: tuple[Any, ...]) -> Kind | None:
+    """The kind of the module attribute that the leaf at ``path`` below ``root`` lies under
+    (None when no module attribute holds it)."""
+    node: Any = root
+    kind: Kind | None = None
+    for entry in path:
+        if isinstance(node, Module) and type(entry) is GetAttrKey:
+            kind = node._oxtree_def.layout.name_to_kind.get(entry.name, Kind.OTHERS)
+            node = node.__dict__.get(entry.name)
+            continue
+        key = getattr(entry, "idx", getattr(entry, "key", _MISSING))
+        try:
+            node = node[key]
+        except Exception:  # a registered node's entry: the kind stays that of its holder
+            break
+    return kind
 
 
 # --------------------------------------------------------------------------------------------
