@@ -17,7 +17,7 @@ import optax
 import pytest
 from oxtree import Kind
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "transformer.py"
 _spec = importlib.util.spec_from_file_location("oxtree_example_transformer", SCRIPT)
 assert _spec is not None
