@@ -39,6 +39,7 @@ __all__ = [
     "graph_flatten",
     "graph_unflatten",
     "_rebuild_graphdef",
+    "_graph_rebuild_steps",
     "register_pytree_node",
     "unregister_pytree_node",
     "register_static",
@@ -430,3 +431,4 @@ def graph_unflatten(graphdef: GraphDef, leaves: Iterable[Any]) -> Any: ...
 def _rebuild_graphdef(
     skeleton: PyTreeSpec, num_roots: int, refs: list[tuple[int, int]]
 ) -> GraphDef: ...
+def _graph_rebuild_steps() -> int: ...

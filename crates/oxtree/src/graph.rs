@@ -16,6 +16,7 @@
 //! close a cycle through immutable containers alone, so this always finishes for objects
 //! made of the builtin containers; a cycle through registered classes only is reported.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use pyo3::exceptions::PyValueError;
@@ -156,6 +157,17 @@ fn fill<'py>(
     }
 }
 
+/// How many times a rebuild with references has tried to build or fill a node, over the
+/// process's life: the tests read it (`_graph_rebuild_steps`) to check that nodes waiting
+/// on an ancestor are retried a bounded number of times, not once per pass over all of them.
+static REBUILD_STEPS: AtomicU64 = AtomicU64::new(0);
+
+/// The number of rebuild steps taken so far (see `REBUILD_STEPS`); a private debugging aid.
+#[pyfunction]
+pub fn _graph_rebuild_steps() -> u64 {
+    REBUILD_STEPS.load(Ordering::Relaxed)
+}
+
 /// A child of a node being rebuilt: a leaf value, or the object of another node.
 enum Child<'py> {
     Leaf(Bound<'py, PyAny>),
@@ -198,6 +210,7 @@ impl<'py> Rebuild<'_, 'py> {
 
     /// Builds or fills node `i` if its children exist; a mutable node is at least created.
     fn complete(&mut self, i: usize) -> PyResult<bool> {
+        REBUILD_STEPS.fetch_add(1, Ordering::Relaxed);
         let node = &self.spec.nodes[i];
         let ready = self.ready(i);
         let existing = self.objs[i].clone();
@@ -733,5 +746,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(graph_flatten, m)?)?;
     m.add_function(wrap_pyfunction!(graph_unflatten, m)?)?;
     m.add_function(wrap_pyfunction!(_rebuild_graphdef, m)?)?;
+    m.add_function(wrap_pyfunction!(_graph_rebuild_steps, m)?)?;
     Ok(())
 }
