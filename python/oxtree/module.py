@@ -38,6 +38,7 @@ from typing import Annotated, Any, Self, TypeVar
 
 from oxtree._core import (
     GetAttrKey,
+    _set_module_hooks,
     graph_flatten,
     graph_unflatten,
     register_pytree_node,
@@ -919,6 +920,9 @@ class Module:
 
 
 _DEF_SLOT = Module.__dict__["_oxtree_def"]
+# The core reads and rebuilds modules itself (as _flatten and _unflattener's functions do)
+# for every class registered with _flatten; those functions remain for what it hands back.
+_set_module_hooks(_flatten, _DEF_SLOT)
 _RESERVED = frozenset(n for n in dir(Module) if not n.startswith("_")) | {"training"}
 _register(Module)
 

@@ -747,5 +747,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(graph_unflatten, m)?)?;
     m.add_function(wrap_pyfunction!(_rebuild_graphdef, m)?)?;
     m.add_function(wrap_pyfunction!(_graph_rebuild_steps, m)?)?;
+    // Modules are graph nodes to JAX; their native walk is declared with the graph's names.
+    m.add_function(wrap_pyfunction!(ts::module_node::_set_module_hooks, m)?)?;
     Ok(())
 }

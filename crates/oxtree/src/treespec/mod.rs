@@ -7,6 +7,7 @@
 mod compare;
 mod custom;
 mod dict_template;
+pub mod module_node;
 pub mod flatten;
 pub mod keys;
 pub mod ops;
