@@ -40,6 +40,8 @@ __all__ = [
     "graph_unflatten",
     "_rebuild_graphdef",
     "_graph_rebuild_steps",
+    "_set_module_hooks",
+    "_split_leaves",
     "register_pytree_node",
     "unregister_pytree_node",
     "register_static",
@@ -432,3 +434,7 @@ def _rebuild_graphdef(
     skeleton: PyTreeSpec, num_roots: int, refs: list[tuple[int, int]]
 ) -> GraphDef: ...
 def _graph_rebuild_steps() -> int: ...
+def _set_module_hooks(flatten: Callable[[Any], Any]) -> None: ...
+def _split_leaves(
+    leaves: list[Any], known: dict[type, bool], last_types: tuple[type, ...] | None = None
+) -> tuple[tuple[type, ...], tuple[Any, ...], tuple[Any, ...], bool] | None: ...

@@ -47,6 +47,7 @@ from oxtree._core import (
     GetAttrKey,
     SequenceKey,
     _flatten_one_level,
+    _split_leaves,
     keystr,
     registered_types,
     tree_flatten,
@@ -562,25 +563,23 @@ _DONATE = ("none", "all", "all-except-first")
 
 class _Entry:
     """Everything filter_jit knows about one input structure (graphdef and leaf types): how to
-    split the leaves, and a compiled function per distinct tuple of static leaves."""
+    put the leaves back in order, and a compiled function per distinct tuple of static leaves.
+    The arrays (and the statics) come in leaf order (see `_split_leaves`)."""
 
-    __slots__ = ("aliased", "arrays_of", "compiled", "graphdef", "kept", "merge", "statics_of")
+    __slots__ = ("aliased", "compiled", "graphdef", "kept", "merge")
 
     def __init__(self, graphdef: GraphDef, mask: Sequence[bool], donate: str) -> None:
         arrays, statics = _split(mask)
         # The arrays go to the compiled function as two tuples, those kept and those donated;
-        # `kept` is how many come first (None without donation: all in one tuple).
+        # `kept` is how many come first (None without donation: all in one tuple). The first
+        # argument's leaves come first in leaf order, so its arrays are a prefix of them.
         self.kept: int | None = None
         if donate == "all":
             self.kept = 0
         elif donate == "all-except-first":
             paths = graphdef.paths()
-            first = [i for i in arrays if _in_first_arg(paths[i])]
-            arrays = first + [i for i in arrays if not _in_first_arg(paths[i])]
-            self.kept = len(first)
+            self.kept = sum(1 for i in arrays if _in_first_arg(paths[i]))
         self.graphdef = graphdef
-        self.arrays_of = _getter(arrays)
-        self.statics_of = _getter(statics)
         self.merge = _merger(arrays + statics)
         self.compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
         # For calls where one array object fills several leaves: by (statics, alias pattern).
@@ -648,9 +647,16 @@ class _FilterJit:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         leaves, graphdef = graph_flatten(args, kwargs, namespace=self._namespace)
-        types = tuple(map(type, leaves))
         last = self._last
-        if last is not None and last[1] == types and last[0] == graphdef:
+        # One pass over the leaves: their types (the last call's tuple itself when they are
+        # the same), the arrays, the statics, and whether an array fills several leaves.
+        split = _split_leaves(leaves, _IS_ARRAY_TYPE, None if last is None else last[1])
+        if split is None:  # a leaf type met for the first time
+            for ty in set(map(type, leaves)):
+                _is_array_type(ty)
+            split = _split_leaves(leaves, _IS_ARRAY_TYPE)
+        types, arrays, statics, aliased = split
+        if last is not None and last[1] is types and last[0] == graphdef:
             entry = last[2]
         else:
             entry = self._entries.get((graphdef, types))
@@ -659,9 +665,7 @@ class _FilterJit:
                     graphdef, [_is_array_type(ty) for ty in types], self._donate
                 )
             self._last = (graphdef, types, entry)
-        statics = entry.statics_of(leaves)
-        arrays = entry.arrays_of(leaves)
-        if len(set(map(id, arrays))) != len(arrays):
+        if aliased:
             return self._call_aliased(entry, statics, arrays, leaves, (args, kwargs))
         try:
             compiled = entry.compiled.get(statics)

@@ -922,7 +922,7 @@ class Module:
 _DEF_SLOT = Module.__dict__["_oxtree_def"]
 # The core reads and rebuilds modules itself (as _flatten and _unflattener's functions do)
 # for every class registered with _flatten; those functions remain for what it hands back.
-_set_module_hooks(_flatten, _DEF_SLOT)
+_set_module_hooks(_flatten)
 _RESERVED = frozenset(n for n in dir(Module) if not n.startswith("_")) | {"training"}
 _register(Module)
 

@@ -16,6 +16,8 @@
 //! close a cycle through immutable containers alone, so this always finishes for objects
 //! made of the builtin containers; a cycle through registered classes only is reported.
 
+use std::collections::HashSet;
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
@@ -435,6 +437,73 @@ pub fn graph_unflatten<'py>(
     }
 }
 
+/// What `oxtree.jax.filter_jit` needs of a graph's leaves on every call, in one pass: the
+/// tuple of their types (`last_types` itself when they are the same types as there, so the
+/// caller's cache check is one identity test), the array leaves and the other (static)
+/// leaves, each in leaf order, and whether one array object fills several leaves. `known`
+/// maps a type to whether its instances are arrays; None is returned when a leaf's type is
+/// not in it (the caller classifies the types and calls again).
+#[pyfunction]
+#[pyo3(signature = (leaves, known, last_types = None))]
+#[allow(clippy::type_complexity)]
+pub fn _split_leaves<'py>(
+    py: Python<'py>,
+    leaves: &Bound<'py, PyList>,
+    known: &Bound<'py, PyDict>,
+    last_types: Option<Bound<'py, PyTuple>>,
+) -> PyResult<
+    Option<(
+        Bound<'py, PyTuple>,
+        Bound<'py, PyTuple>,
+        Bound<'py, PyTuple>,
+        bool,
+    )>,
+> {
+    let n = leaves.len();
+    let mut types = Vec::with_capacity(n);
+    let mut arrays = Vec::with_capacity(n);
+    let mut statics = Vec::new();
+    let mut seen: HashSet<usize, BuildHasherDefault<types::PtrHasher>> =
+        HashSet::with_capacity_and_hasher(n, Default::default());
+    let mut aliased = false;
+    let mut last_ty = std::ptr::null_mut();
+    let mut is_array = false;
+    for leaf in leaves.iter() {
+        let ty = leaf.get_type();
+        if ty.as_type_ptr() != last_ty {
+            match known.get_item(&ty)? {
+                Some(flag) => is_array = flag.is_truthy()?,
+                None => return Ok(None),
+            }
+            last_ty = ty.as_type_ptr();
+        }
+        types.push(ty);
+        if is_array {
+            aliased |= !seen.insert(leaf.as_ptr() as usize);
+            arrays.push(leaf);
+        } else {
+            statics.push(leaf);
+        }
+    }
+    let same = last_types.filter(|last| {
+        last.len() == n
+            && last
+                .iter()
+                .zip(&types)
+                .all(|(a, b)| a.as_ptr() == b.as_ptr())
+    });
+    let types = match same {
+        Some(last) => last,
+        None => PyTuple::new(py, types)?,
+    };
+    Ok(Some((
+        types,
+        ts::tuple_from_vec(py, arrays),
+        ts::tuple_from_vec(py, statics),
+        aliased,
+    )))
+}
+
 fn repr(gd: &GraphDef, py: Python<'_>) -> PyResult<String> {
     let spec = gd.spec(py);
     let leaf_pos = gd.leaf_positions(py);
@@ -747,6 +816,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(graph_unflatten, m)?)?;
     m.add_function(wrap_pyfunction!(_rebuild_graphdef, m)?)?;
     m.add_function(wrap_pyfunction!(_graph_rebuild_steps, m)?)?;
+    m.add_function(wrap_pyfunction!(_split_leaves, m)?)?;
     // Modules are graph nodes to JAX; their native walk is declared with the graph's names.
     m.add_function(wrap_pyfunction!(ts::module_node::_set_module_hooks, m)?)?;
     Ok(())

@@ -7,9 +7,9 @@
 mod compare;
 mod custom;
 mod dict_template;
-pub mod module_node;
 pub mod flatten;
 pub mod keys;
+pub mod module_node;
 pub mod ops;
 mod pickle;
 pub mod prefix;

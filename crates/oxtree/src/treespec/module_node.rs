@@ -13,33 +13,27 @@
 //! registered Python function, which handles it and words any error. So the native path
 //! changes the speed, never the result.
 
+use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyTuple, PyType};
+use pyo3::types::{PyDict, PyString, PyTuple, PyType};
 
 use super::custom::{Children, Flattened};
 
 struct Hooks {
     /// The flatten function every Module class is registered with.
     flatten: Py<PyAny>,
-    /// The member descriptor of Module's `_oxtree_def` slot (its `__set__` fills the slot
-    /// whatever `__setattr__` the class defines).
-    slot: Py<PyAny>,
     /// `object.__new__`.
     new: Py<PyAny>,
 }
 
 static HOOKS: PyOnceLock<Hooks> = PyOnceLock::new();
 
-/// Tells the core which flatten function marks a Module class and where Module keeps its
-/// aux data (module.py calls it once, at import).
+/// Tells the core which flatten function marks a Module class (module.py calls it once, at
+/// import).
 #[pyfunction]
-pub fn _set_module_hooks(
-    py: Python<'_>,
-    flatten: Bound<'_, PyAny>,
-    slot: Bound<'_, PyAny>,
-) -> PyResult<()> {
+pub fn _set_module_hooks(py: Python<'_>, flatten: Bound<'_, PyAny>) -> PyResult<()> {
     let new = py
         .get_type::<pyo3::types::PyAny>()
         .getattr(intern!(py, "__new__"))?
@@ -50,7 +44,6 @@ pub fn _set_module_hooks(
         py,
         Hooks {
             flatten: flatten.unbind(),
-            slot: slot.unbind(),
             new,
         },
     );
@@ -82,7 +75,11 @@ pub fn flatten<'py>(obj: &Bound<'py, PyAny>) -> Option<Flattened<'py>> {
     }
     let names = aux.getattr(intern!(py, "names")).ok()?;
     let names = names.cast::<PyTuple>().ok()?;
-    let keys = aux.getattr(intern!(py, "keys")).ok()?.cast_into::<PyTuple>().ok()?;
+    let keys = aux
+        .getattr(intern!(py, "keys"))
+        .ok()?
+        .cast_into::<PyTuple>()
+        .ok()?;
     let dict = obj.getattr(intern!(py, "__dict__")).ok()?;
     let dict = dict.cast::<PyDict>().ok()?;
     let mut values = Vec::with_capacity(names.len());
@@ -90,6 +87,23 @@ pub fn flatten<'py>(obj: &Bound<'py, PyAny>) -> Option<Flattened<'py>> {
         values.push(dict.get_item(&name).ok()??);
     }
     Some((Children::Vec(values), aux, Some(keys)))
+}
+
+/// `object.__setattr__(obj, name, value)`: the type's data descriptor for `name` (a slot,
+/// `__dict__`) or the instance dict, never the class's own `__setattr__`.
+fn generic_setattr(
+    obj: &Bound<'_, PyAny>,
+    name: &Bound<'_, PyString>,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    // SAFETY: the three objects are live for the call (borrowed from bound references);
+    // PyObject_GenericSetAttr takes its own references and returns -1 with an exception set
+    // on failure.
+    let rc = unsafe { ffi::PyObject_GenericSetAttr(obj.as_ptr(), name.as_ptr(), value.as_ptr()) };
+    if rc < 0 {
+        return Err(PyErr::fetch(obj.py()));
+    }
+    Ok(())
 }
 
 /// A Module of class `ty` rebuilt from its aux data and children, or None when the Python
@@ -120,15 +134,14 @@ pub fn unflatten<'py>(
         return Ok(None);
     }
     let obj = hooks.new.bind(py).call1((ty,))?;
-    hooks
-        .slot
-        .bind(py)
-        .call_method1(intern!(py, "__set__"), (&obj, aux))?;
-    let dict = obj.getattr(intern!(py, "__dict__"))?;
-    let dict = dict.cast::<PyDict>()?;
-    dict.update(others.as_mapping())?;
+    // The configuration is copied (one table copy), the children added, and the copy made
+    // the object's `__dict__`; the slot and `__dict__` are set as `object.__setattr__` sets
+    // them, so a class's own `__setattr__` (Module's checks kinds) is not run.
+    let dict = others.copy()?;
     for (name, child) in names.iter().zip(children.iter()) {
         dict.set_item(name, child)?;
     }
+    generic_setattr(&obj, intern!(py, "_oxtree_def"), aux)?;
+    generic_setattr(&obj, intern!(py, "__dict__"), dict.as_any())?;
     Ok(Some(obj))
 }
