@@ -340,13 +340,17 @@ class _Out:
     ) -> None:
         arrays, statics = _split([_is_array_type(type(x)) for x in leaves])
         self.graphdef = graphdef
-        self.merge = _merger(arrays + statics)
+        # None when the leaves are the arrays, in order: the warm path then skips merging.
+        self.merge = None if not statics else _merger(arrays + statics)
         self.statics = _getter(statics)(leaves)
         self.arrays_of = _getter(arrays)
         self.changes = changes
 
     def rebuild(self, arrays: tuple[Any, ...]) -> Any:
-        return graph_unflatten(self.graphdef, self.merge(arrays + self.statics))
+        merge = self.merge
+        return graph_unflatten(
+            self.graphdef, arrays if merge is None else merge(arrays + self.statics)
+        )
 
     def finish(self, arrays: tuple[Any, ...], leaves: list[Any], roots: tuple[Any, ...]) -> Any:
         """The call's result from the compiled function's arrays, after writing what the
@@ -646,7 +650,11 @@ class _FilterJit:
         return functools.partial(self, instance)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        leaves, graphdef = graph_flatten(args, kwargs, namespace=self._namespace)
+        namespace = self._namespace
+        if namespace:
+            leaves, graphdef = graph_flatten(args, kwargs, namespace=namespace)
+        else:  # no keyword argument to parse: a tenth of a small call's overhead
+            leaves, graphdef = graph_flatten(args, kwargs)
         last = self._last
         # One pass over the leaves: their types (the last call's tuple itself when they are
         # the same), the arrays, the statics, and whether an array fills several leaves.
@@ -681,7 +689,10 @@ class _FilterJit:
             out_arrays, out = compiled(arrays[:kept], arrays[kept:])
         if out.changes is not None:  # the function changed its arguments
             return out.finish(out_arrays, leaves, (args, kwargs))
-        return out.rebuild(out_arrays)
+        merge = out.merge  # out.rebuild(out_arrays), inlined
+        return graph_unflatten(
+            out.graphdef, out_arrays if merge is None else merge(out_arrays + out.statics)
+        )
 
     def _call_aliased(
         self,
