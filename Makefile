@@ -56,7 +56,7 @@ compat: build $(COMPAT_STAMP)
 bench: build
 	$(PY) benchmarks/bench.py
 
-# Benchmark-only dependencies (equinox, flarejax) are installed on demand, never for tests.
+# Benchmark-only dependencies (equinox, flax, flarejax) are installed on demand, never for tests.
 BENCH_STAMP := $(VENV)/.bench-deps-installed
 $(BENCH_STAMP): requirements-bench.txt $(STAMP)
 	$(PIP) install --quiet -r requirements-bench.txt

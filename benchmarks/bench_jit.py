@@ -20,12 +20,21 @@ tuple of the workload's arrays, flattened beforehand. A library's *overhead* (``
 ``+oxtree``, ``+equinox``) is its time less the floor: flattening, cache lookups and
 rebuilding the result. ``ox/eqx`` is oxtree's overhead divided by equinox's.
 
+A second table times the same identity on a *model*: ``n`` parameters (10, 300, 3,000
+float32 arrays of shape (4,)) held by ``n / 2`` linear layers (a weight, a bias and a
+configuration string each) in a list held by a network module. The same model is written
+for each library: an ``oxtree.Module`` called through ``jax.jit`` (to which a Module is one
+node) and through ``oxtree.jax.filter_jit``, a Flax NNX ``nnx.Module`` through ``nnx.jit``,
+and an ``equinox.Module`` through ``equinox.filter_jit``. ``fj/jit`` is filter_jit's time
+over jax.jit's on the same Module. Its last columns time ``oxtree.graph_flatten`` and
+``oxtree.tree_flatten`` of the oxtree Module (``graph/tree``: their ratio).
+
 The libraries are interleaved repeat by repeat, so machine noise hits them alike; each
 repeat times enough calls to take about 50 ms (garbage collector off); the figure is the
 median per-call time over the repeats. Before timing, every library's result is checked
 against the input tree.
 
-Usage (from the repository root; equinox comes from ``requirements-bench.txt``)::
+Usage (from the repository root; equinox and flax come from ``requirements-bench.txt``)::
 
     .venv/bin/python benchmarks/bench_jit.py              # 9 repeats
     .venv/bin/python benchmarks/bench_jit.py --repeats 21
@@ -34,6 +43,7 @@ Usage (from the repository root; equinox comes from ``requirements-bench.txt``):
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import statistics
 import time
@@ -43,12 +53,18 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import oxtree
 import oxtree.jax as oxjax
+from oxtree.module import Module, Parameter
 
 try:
     import equinox as eqx
 except ImportError:  # a benchmark-only dependency: skip its column without it
     eqx = None  # type: ignore[assignment]
+try:
+    from flax import nnx
+except ImportError:  # likewise
+    nnx = None  # type: ignore[assignment]
 
 
 def _body(tree: Any) -> Any:
@@ -170,13 +186,168 @@ def format_table(results: dict[str, dict[str, float | None]]) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------------------------------------
+# Models: one network written for each library
+# ---------------------------------------------------------------------------------------------
+
+MODEL_SIZES = (10, 300, 3000)
+
+
+def _array(i: int) -> Any:
+    return jnp.full((4,), float(i), dtype=jnp.float32)
+
+
+class OxLinear(Module):
+    weight: Parameter
+    bias: Parameter
+
+    def __init__(self, i: int) -> None:
+        self.weight = _array(i)
+        self.bias = _array(-i)
+        self.act = "relu"
+
+
+class OxNet(Module):
+    def __init__(self, n: int) -> None:
+        self.layers = [OxLinear(i) for i in range(n // 2)]
+        self.name = "net"
+
+
+def _nnx_model(n: int) -> Any:
+    class Linear(nnx.Module):  # type: ignore[misc,name-defined]
+        def __init__(self, i: int) -> None:
+            self.weight = nnx.Param(_array(i))
+            self.bias = nnx.Param(_array(-i))
+            self.act = "relu"
+
+    class Net(nnx.Module):  # type: ignore[misc,name-defined]
+        def __init__(self, n: int) -> None:
+            self.layers = nnx.List([Linear(i) for i in range(n // 2)])
+            self.name = "net"
+
+    return Net(n)
+
+
+def _eqx_model(n: int) -> Any:
+    class Linear(eqx.Module):  # type: ignore[misc,name-defined]
+        weight: jax.Array
+        bias: jax.Array
+        act: str = eqx.field(static=True)
+
+    class Net(eqx.Module):  # type: ignore[misc,name-defined]
+        layers: list[Any]
+        name: str = eqx.field(static=True)
+
+    return Net([Linear(_array(i), _array(-i), "relu") for i in range(n // 2)], "net")
+
+
+def _arrays_of(model: Any) -> list[Any]:
+    """A model's parameter arrays in order, whatever library made it."""
+    if nnx is not None and isinstance(model, nnx.Module):
+        model = nnx.state(model)
+    return [x for x in jax.tree_util.tree_leaves(model) if isinstance(x, jax.Array)]
+
+
+MODEL_LIBS = ("floor", "jax.jit", "filter_jit", "nnx.jit", "eqx")
+
+
+def _model_callers(n: int) -> dict[str, tuple[Callable[[Any], Any], Any]]:
+    """Each library's compiled identity and the model it is called on."""
+    ox = OxNet(n)
+    callers: dict[str, tuple[Callable[[Any], Any], Any]] = {
+        "floor": (make_floor(ox), ox),
+        "jax.jit": (jax.jit(_body), ox),
+        "filter_jit": (oxjax.filter_jit(_body), ox),
+    }
+    if nnx is not None:
+        callers["nnx.jit"] = (nnx.jit(_body), _nnx_model(n))
+    if eqx is not None:
+        callers["eqx"] = (eqx.filter_jit(_body), _eqx_model(n))
+    return callers
+
+
+def _time_flatten(fn: Callable[[], Any], budget: float) -> float:
+    return _time_one(lambda _: fn(), None, budget)
+
+
+def run_models(repeats: int = 9, budget: float = 0.05) -> dict[int, dict[str, float | None]]:
+    """Median per-call seconds by model size and library, and of the oxtree Module's graph
+    and tree flatten ("graph", "tree")."""
+    results: dict[int, dict[str, float | None]] = {}
+    for n in MODEL_SIZES:
+        row = results[n] = dict.fromkeys((*MODEL_LIBS, "graph", "tree"))
+        callers = _model_callers(n)
+        ox = callers["jax.jit"][1]
+        for lname, (call, model) in callers.items():
+            out = call(model)  # compiles
+            if lname != "floor" and not all(
+                np.array_equal(np.asarray(a), np.asarray(b))
+                for a, b in zip(_arrays_of(out), _arrays_of(model), strict=True)
+            ):
+                raise AssertionError(f"{lname} gave a wrong result on the {n}-parameter model")
+        timed: dict[str, Callable[[], float]] = {
+            lname: (lambda call=call, model=model: _time_one(call, model, budget))
+            for lname, (call, model) in callers.items()
+        }
+        timed["graph"] = functools.partial(
+            _time_flatten, functools.partial(oxtree.graph_flatten, ox), budget
+        )
+        timed["tree"] = functools.partial(
+            _time_flatten, functools.partial(oxtree.tree_flatten, ox), budget
+        )
+        samples: dict[str, list[float]] = {name: [] for name in timed}
+        gc.disable()
+        try:
+            for _ in range(repeats):
+                for name, time_it in timed.items():
+                    samples[name].append(time_it())
+        finally:
+            gc.enable()
+        for name, times in samples.items():
+            row[name] = statistics.median(times)
+    return results
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:>9.2f}" if a is not None and b else f"{'n/a':>9}"
+
+
+def format_models_table(results: dict[int, dict[str, float | None]]) -> str:
+    head = f"{'params':<8}" + "".join(f"{lib:>12}" for lib in MODEL_LIBS) + f"{'fj/jit':>9}"
+    head += " |" + f"{'graph':>11}{'tree':>11}{'graph/tree':>11}"
+    lines = [head, "-" * len(head)]
+    for n, row in results.items():
+        cells = "".join(f" {_us(row[lib])}" for lib in MODEL_LIBS)
+        cells += _ratio(row["filter_jit"], row["jax.jit"]) + " |"
+        cells += _us(row["graph"]) + _us(row["tree"]) + f"{_ratio(row['graph'], row['tree']):>11}"
+        lines.append(f"{n:<8}{cells}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--budget", type=float, default=0.05, help="seconds per repeat")
+    parser.add_argument(
+        "--only", choices=("trees", "models"), default=None, help="run one of the two tables"
+    )
     args = parser.parse_args()
-    print(f"jax {jax.__version__}, equinox {getattr(eqx, '__version__', 'not installed')}")
-    print(format_table(run(args.repeats, args.budget)))
+    flax_version = "not installed"
+    if nnx is not None:
+        import flax
+
+        flax_version = flax.__version__
+    print(
+        f"jax {jax.__version__}, equinox {getattr(eqx, '__version__', 'not installed')}, "
+        f"flax {flax_version}"
+    )
+    if args.only != "models":
+        print(format_table(run(args.repeats, args.budget)))
+    if args.only != "trees":
+        if args.only is None:
+            print()
+        print("Models (per-call times; floor: jax.jit on the tuple of the model's arrays)")
+        print(format_models_table(run_models(args.repeats, args.budget)))
 
 
 if __name__ == "__main__":

@@ -39,6 +39,9 @@ __all__ = [
     "graph_flatten",
     "graph_unflatten",
     "_rebuild_graphdef",
+    "_graph_rebuild_steps",
+    "_set_module_hooks",
+    "_split_leaves",
     "register_pytree_node",
     "unregister_pytree_node",
     "register_static",
@@ -430,3 +433,8 @@ def graph_unflatten(graphdef: GraphDef, leaves: Iterable[Any]) -> Any: ...
 def _rebuild_graphdef(
     skeleton: PyTreeSpec, num_roots: int, refs: list[tuple[int, int]]
 ) -> GraphDef: ...
+def _graph_rebuild_steps() -> int: ...
+def _set_module_hooks(flatten: Callable[[Any], Any]) -> None: ...
+def _split_leaves(
+    leaves: list[Any], known: dict[type, bool], last_types: tuple[type, ...] | None = None
+) -> tuple[tuple[type, ...], tuple[Any, ...], tuple[Any, ...], bool] | None: ...

@@ -47,6 +47,7 @@ from oxtree._core import (
     GetAttrKey,
     SequenceKey,
     _flatten_one_level,
+    _split_leaves,
     keystr,
     registered_types,
     tree_flatten,
@@ -344,13 +345,17 @@ class _Out:
     ) -> None:
         arrays, statics = _split([_is_array_type(type(x)) for x in leaves])
         self.graphdef = graphdef
-        self.merge = _merger(arrays + statics)
+        # None when the leaves are the arrays, in order: the warm path then skips merging.
+        self.merge = None if not statics else _merger(arrays + statics)
         self.statics = _getter(statics)(leaves)
         self.arrays_of = _getter(arrays)
         self.changes = changes
 
     def rebuild(self, arrays: tuple[Any, ...]) -> Any:
-        return graph_unflatten(self.graphdef, self.merge(arrays + self.statics))
+        merge = self.merge
+        return graph_unflatten(
+            self.graphdef, arrays if merge is None else merge(arrays + self.statics)
+        )
 
     def finish(self, arrays: tuple[Any, ...], leaves: list[Any], roots: tuple[Any, ...]) -> Any:
         """The call's result from the compiled function's arrays, after writing what the
@@ -567,25 +572,23 @@ _DONATE = ("none", "all", "all-except-first")
 
 class _Entry:
     """Everything filter_jit knows about one input structure (graphdef and leaf types): how to
-    split the leaves, and a compiled function per distinct tuple of static leaves."""
+    put the leaves back in order, and a compiled function per distinct tuple of static leaves.
+    The arrays (and the statics) come in leaf order (see `_split_leaves`)."""
 
-    __slots__ = ("aliased", "arrays_of", "compiled", "graphdef", "kept", "merge", "statics_of")
+    __slots__ = ("aliased", "compiled", "graphdef", "kept", "merge")
 
     def __init__(self, graphdef: GraphDef, mask: Sequence[bool], donate: str) -> None:
         arrays, statics = _split(mask)
         # The arrays go to the compiled function as two tuples, those kept and those donated;
-        # `kept` is how many come first (None without donation: all in one tuple).
+        # `kept` is how many come first (None without donation: all in one tuple). The first
+        # argument's leaves come first in leaf order, so its arrays are a prefix of them.
         self.kept: int | None = None
         if donate == "all":
             self.kept = 0
         elif donate == "all-except-first":
             paths = graphdef.paths()
-            first = [i for i in arrays if _in_first_arg(paths[i])]
-            arrays = first + [i for i in arrays if not _in_first_arg(paths[i])]
-            self.kept = len(first)
+            self.kept = sum(1 for i in arrays if _in_first_arg(paths[i]))
         self.graphdef = graphdef
-        self.arrays_of = _getter(arrays)
-        self.statics_of = _getter(statics)
         self.merge = _merger(arrays + statics)
         self.compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
         # For calls where one array object fills several leaves: by (statics, alias pattern).
@@ -652,10 +655,21 @@ class _FilterJit:
         return functools.partial(self, instance)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        leaves, graphdef = graph_flatten(args, kwargs, namespace=self._namespace)
-        types = tuple(map(type, leaves))
+        namespace = self._namespace
+        if namespace:
+            leaves, graphdef = graph_flatten(args, kwargs, namespace=namespace)
+        else:  # no keyword argument to parse: a tenth of a small call's overhead
+            leaves, graphdef = graph_flatten(args, kwargs)
         last = self._last
-        if last is not None and last[1] == types and last[0] == graphdef:
+        # One pass over the leaves: their types (the last call's tuple itself when they are
+        # the same), the arrays, the statics, and whether an array fills several leaves.
+        split = _split_leaves(leaves, _IS_ARRAY_TYPE, None if last is None else last[1])
+        if split is None:  # a leaf type met for the first time
+            for ty in set(map(type, leaves)):
+                _is_array_type(ty)
+            split = _split_leaves(leaves, _IS_ARRAY_TYPE)
+        types, arrays, statics, aliased = split
+        if last is not None and last[1] is types and last[0] == graphdef:
             entry = last[2]
         else:
             entry = self._entries.get((graphdef, types))
@@ -664,9 +678,7 @@ class _FilterJit:
                     graphdef, [_is_array_type(ty) for ty in types], self._donate
                 )
             self._last = (graphdef, types, entry)
-        statics = entry.statics_of(leaves)
-        arrays = entry.arrays_of(leaves)
-        if len(set(map(id, arrays))) != len(arrays):
+        if aliased:
             return self._call_aliased(entry, statics, arrays, leaves, (args, kwargs))
         try:
             compiled = entry.compiled.get(statics)
@@ -682,7 +694,10 @@ class _FilterJit:
             out_arrays, out = compiled(arrays[:kept], arrays[kept:])
         if out.changes is not None:  # the function changed its arguments
             return out.finish(out_arrays, leaves, (args, kwargs))
-        return out.rebuild(out_arrays)
+        merge = out.merge  # out.rebuild(out_arrays), inlined
+        return graph_unflatten(
+            out.graphdef, out_arrays if merge is None else merge(out_arrays + out.statics)
+        )
 
     def _call_aliased(
         self,

@@ -28,6 +28,7 @@ False
 from __future__ import annotations
 
 import enum
+import functools
 import operator
 import re
 import sys
@@ -38,6 +39,7 @@ from typing import Annotated, Any, Self, TypeVar
 
 from oxtree._core import (
     GetAttrKey,
+    _set_module_hooks,
     graph_flatten,
     graph_unflatten,
     register_pytree_node,
@@ -439,10 +441,12 @@ class ModulePath:
         return hash((ModulePath, self.path))
 
 
-def _graph_children(m: Module) -> tuple[list[Any], Any]:
-    # None is a leaf here so that a module and its gradient (None where nothing is
-    # differentiated) have equal aux data; JAX then sees each None child as its own None.
-    return graph_flatten(m, none_is_leaf=True)  # type: ignore[no-any-return]
+# What JAX calls to flatten a module: its graph, with None as a leaf so that a module and its
+# gradient (None where nothing is differentiated) have equal aux data; JAX then sees each None
+# child as its own None. A partial of the core function: no Python frame per call.
+_graph_children: Callable[[Module], tuple[list[Any], Any]] = functools.partial(
+    graph_flatten, none_is_leaf=True
+)
 
 
 def _graph_children_with_keys(m: Module) -> tuple[list[tuple[Any, Any]], Any]:
@@ -455,8 +459,8 @@ def _graph_children_with_keys(m: Module) -> tuple[list[tuple[Any, Any]], Any]:
     return list(zip(keys, leaves, strict=True)), gd
 
 
-def _graph_rebuild(gd: Any, children: Any) -> Any:
-    return graph_unflatten(gd, children)
+# What JAX calls to rebuild one: the core's graph_unflatten(graphdef, children) as it is.
+_graph_rebuild: Callable[[Any, Any], Any] = graph_unflatten
 
 
 def _register_pending_with_jax() -> None:
@@ -942,6 +946,9 @@ class Module:
 
 
 _DEF_SLOT = Module.__dict__["_oxtree_def"]
+# The core reads and rebuilds modules itself (as _flatten and _unflattener's functions do)
+# for every class registered with _flatten; those functions remain for what it hands back.
+_set_module_hooks(_flatten)
 _RESERVED = frozenset(n for n in dir(Module) if not n.startswith("_")) | {"training"}
 _register(Module)
 

@@ -16,6 +16,9 @@
 //! close a cycle through immutable containers alone, so this always finishes for objects
 //! made of the builtin containers; a cycle through registered classes only is reported.
 
+use std::collections::HashSet;
+use std::hash::BuildHasherDefault;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use pyo3::exceptions::PyValueError;
@@ -161,6 +164,17 @@ fn fill<'py>(
     }
 }
 
+/// How many times a rebuild with references has tried to build or fill a node, over the
+/// process's life: the tests read it (`_graph_rebuild_steps`) to check that nodes waiting
+/// on an ancestor are retried a bounded number of times, not once per pass over all of them.
+static REBUILD_STEPS: AtomicU64 = AtomicU64::new(0);
+
+/// The number of rebuild steps taken so far (see `REBUILD_STEPS`); a private debugging aid.
+#[pyfunction]
+pub fn _graph_rebuild_steps() -> u64 {
+    REBUILD_STEPS.load(Ordering::Relaxed)
+}
+
 /// A child of a node being rebuilt: a leaf value, or the object of another node.
 enum Child<'py> {
     Leaf(Bound<'py, PyAny>),
@@ -203,6 +217,7 @@ impl<'py> Rebuild<'_, 'py> {
 
     /// Builds or fills node `i` if its children exist; a mutable node is at least created.
     fn complete(&mut self, i: usize) -> PyResult<bool> {
+        REBUILD_STEPS.fetch_add(1, Ordering::Relaxed);
         let node = &self.spec.nodes[i];
         let ready = self.ready(i);
         let existing = self.objs[i].clone();
@@ -425,6 +440,73 @@ pub fn graph_unflatten<'py>(
     } else {
         rebuild_shared(py, gd, leaves)
     }
+}
+
+/// What `oxtree.jax.filter_jit` needs of a graph's leaves on every call, in one pass: the
+/// tuple of their types (`last_types` itself when they are the same types as there, so the
+/// caller's cache check is one identity test), the array leaves and the other (static)
+/// leaves, each in leaf order, and whether one array object fills several leaves. `known`
+/// maps a type to whether its instances are arrays; None is returned when a leaf's type is
+/// not in it (the caller classifies the types and calls again).
+#[pyfunction]
+#[pyo3(signature = (leaves, known, last_types = None))]
+#[allow(clippy::type_complexity)]
+pub fn _split_leaves<'py>(
+    py: Python<'py>,
+    leaves: &Bound<'py, PyList>,
+    known: &Bound<'py, PyDict>,
+    last_types: Option<Bound<'py, PyTuple>>,
+) -> PyResult<
+    Option<(
+        Bound<'py, PyTuple>,
+        Bound<'py, PyTuple>,
+        Bound<'py, PyTuple>,
+        bool,
+    )>,
+> {
+    let n = leaves.len();
+    let mut types = Vec::with_capacity(n);
+    let mut arrays = Vec::with_capacity(n);
+    let mut statics = Vec::new();
+    let mut seen: HashSet<usize, BuildHasherDefault<types::PtrHasher>> =
+        HashSet::with_capacity_and_hasher(n, Default::default());
+    let mut aliased = false;
+    let mut last_ty = std::ptr::null_mut();
+    let mut is_array = false;
+    for leaf in leaves.iter() {
+        let ty = leaf.get_type();
+        if ty.as_type_ptr() != last_ty {
+            match known.get_item(&ty)? {
+                Some(flag) => is_array = flag.is_truthy()?,
+                None => return Ok(None),
+            }
+            last_ty = ty.as_type_ptr();
+        }
+        types.push(ty);
+        if is_array {
+            aliased |= !seen.insert(leaf.as_ptr() as usize);
+            arrays.push(leaf);
+        } else {
+            statics.push(leaf);
+        }
+    }
+    let same = last_types.filter(|last| {
+        last.len() == n
+            && last
+                .iter()
+                .zip(&types)
+                .all(|(a, b)| a.as_ptr() == b.as_ptr())
+    });
+    let types = match same {
+        Some(last) => last,
+        None => PyTuple::new(py, types)?,
+    };
+    Ok(Some((
+        types,
+        ts::tuple_from_vec(py, arrays),
+        ts::tuple_from_vec(py, statics),
+        aliased,
+    )))
 }
 
 fn repr(gd: &GraphDef, py: Python<'_>) -> PyResult<String> {

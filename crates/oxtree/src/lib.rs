@@ -58,7 +58,13 @@ mod _core {
 
     // Graphs: shared and cyclic references.
     #[pymodule_export]
-    use crate::graph::{_rebuild_graphdef, graph_flatten, graph_unflatten, GraphDef};
+    use crate::graph::{
+        _graph_rebuild_steps, _rebuild_graphdef, _split_leaves, graph_flatten, graph_unflatten,
+        GraphDef,
+    };
+    // Modules are graph nodes to JAX; their native walk is declared with the graph's names.
+    #[pymodule_export]
+    use crate::treespec::module_node::_set_module_hooks;
 
     // Prefix errors, in either face's words.
     #[pymodule_export]

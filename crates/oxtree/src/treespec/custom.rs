@@ -63,6 +63,13 @@ pub fn flatten_in<'py>(
     with_keys: bool,
     face: Face,
 ) -> PyResult<Flattened<'py>> {
+    if let Rule::Custom { flatten, .. } = &reg.rule {
+        if super::module_node::is_module(py, flatten) {
+            if let Some(found) = super::module_node::flatten(obj) {
+                return Ok(found);
+            }
+        }
+    }
     match &reg.rule {
         Rule::Custom {
             flatten_with_keys: Some(fwk),
@@ -357,10 +364,18 @@ pub fn unflatten<'py>(
     children: Bound<'py, PyTuple>,
 ) -> PyResult<Bound<'py, PyAny>> {
     match &reg.rule {
-        Rule::Custom { unflatten, .. } => unflatten
-            .bind(py)
-            .call1((aux, children))
-            .map_err(|e| noted(py, e, "unflatten", reg)),
+        Rule::Custom {
+            unflatten, flatten, ..
+        } => {
+            let ty = reg.ty.bind(py);
+            if let Some(module) = super::module_node::unflatten(flatten, ty, aux, &children)? {
+                return Ok(module);
+            }
+            unflatten
+                .bind(py)
+                .call1((aux, children))
+                .map_err(|e| noted(py, e, "unflatten", reg))
+        }
         Rule::Static => Ok(aux.clone()),
         Rule::Dataclass {
             data,

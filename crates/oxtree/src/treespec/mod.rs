@@ -9,6 +9,7 @@ mod custom;
 mod dict_template;
 pub mod flatten;
 pub mod keys;
+pub mod module_node;
 pub mod ops;
 pub mod pickle;
 pub mod prefix;

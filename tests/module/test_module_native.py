@@ -1,0 +1,202 @@
+"""The core reads and rebuilds Modules itself: its results are exactly those of module.py's
+registered flatten and unflatten functions, and whatever it does not handle (configuration to
+read again, an attribute never assigned, a class with its own attribute hooks) gives what
+those functions give."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import oxtree
+import pytest
+from oxtree import GetAttrKey, Module, Parameter, State
+from oxtree import module as om
+from oxtree._core import _flatten_one_level
+
+
+class Leaf(Module):
+    w: Parameter
+    n: State
+
+    def __init__(self, w: Any, n: Any = 0) -> None:
+        self.w = w
+        self.n = n
+        self.act = "relu"
+
+
+class Tree(Module):
+    def __init__(self, k: int) -> None:
+        self.blocks = [Leaf(float(i)) for i in range(k)]
+        self.head = Leaf([1.0, 2.0], n={"a": 1})
+        self.name = "tree"
+
+
+class Guarded(Module):
+    """A class whose own __setattr__ refuses every assignment once built."""
+
+    w: Parameter
+
+    def __init__(self, w: Any) -> None:
+        self.w = w
+        object.__setattr__(self, "frozen", True)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("frozen"):
+            raise AttributeError(f"{type(self).__name__} is frozen")
+        super().__setattr__(name, value)
+
+
+class Lookups(Module):
+    """A class with a __getattr__ fallback (called only for missing attributes)."""
+
+    w: Parameter
+
+    def __init__(self, w: Any) -> None:
+        self.w = w
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return f"missing {name}"
+
+
+def _modules() -> list[Module]:
+    return [Leaf(1.0), Leaf(None, n=[1, 2]), Tree(3), Guarded(2.0), Lookups(3.0), Module()]
+
+
+def _python_flatten(m: Module) -> tuple[tuple[Any, ...], Any, tuple[Any, ...]]:
+    return om._flatten(m)
+
+
+@pytest.mark.parametrize("m", _modules(), ids=lambda m: type(m).__name__)
+def test_one_level_flatten_matches_the_python_function(m: Module) -> None:
+    children, spec = _flatten_one_level(m)
+    expected_children, aux, keys = _python_flatten(m)
+    assert tuple(children) == expected_children
+    assert spec.node_data() is aux
+    assert tuple(spec.entries()) == keys
+    assert all(type(k) is GetAttrKey for k in keys)
+
+
+@pytest.mark.parametrize("m", _modules(), ids=lambda m: type(m).__name__)
+def test_rebuild_matches_the_python_function(m: Module) -> None:
+    leaves, spec = oxtree.tree_flatten(m)
+    out = spec.unflatten(leaves)
+    children, aux, _ = _python_flatten(m)
+    expected = om._unflattener(type(m))(aux, children)
+    assert type(out) is type(m)
+    assert out is not m
+    assert out._oxtree_def is aux
+    # The same attributes in the same order (configuration first, then the tree ones).
+    assert list(out.__dict__) == list(expected.__dict__)
+    assert all(out.__dict__[k] is v for k, v in aux.others.items())
+    assert oxtree.tree_leaves(out) == oxtree.tree_leaves(expected) == leaves
+    assert oxtree.tree_structure(out) == spec
+
+
+def test_rebuild_bypasses_the_class_setattr() -> None:
+    g = Guarded(1.0)
+    with pytest.raises(AttributeError, match="frozen"):
+        g.w = 2.0
+    out = oxtree.tree_map(lambda x: x * 10, g)
+    assert type(out) is Guarded
+    assert out.w == 10.0
+    assert out.frozen is True
+    assert g.w == 1.0
+
+
+def test_getattr_fallback_is_not_consulted_for_tree_attributes() -> None:
+    m = Lookups(1.0)
+    assert oxtree.tree_leaves(m) == [1.0]
+    out = oxtree.tree_map(lambda x: x + 1, m)
+    assert out.w == 2.0
+    assert out.anything == "missing anything"
+
+
+def test_changed_configuration_is_read_again() -> None:
+    m = Leaf(1.0)
+    before = oxtree.tree_structure(m)
+    m.act = "gelu"  # makes the aux data stale: the core hands the module to module.py
+    after = oxtree.tree_structure(m)
+    assert before != after
+    assert oxtree.tree_unflatten(after, [5.0, 0]).act == "gelu"
+    assert oxtree.tree_unflatten(before, [5.0, 0]).act == "relu"
+
+
+def test_unassigned_attribute_is_reported_as_before() -> None:
+    class Half(Module):
+        w: Parameter
+        b: Parameter
+
+        def __init__(self) -> None:
+            self.w = 1.0
+
+    with pytest.raises(AttributeError, match=r"Half\.b \(PARAMETER\) .* never assigned"):
+        oxtree.tree_leaves(Half())
+    with pytest.raises(AttributeError, match=r"Half\.b \(PARAMETER\) .* never assigned"):
+        oxtree.graph_flatten(Half())
+
+
+def test_deleted_attribute_after_flatten() -> None:
+    m = Leaf(1.0)
+    oxtree.tree_leaves(m)  # the aux data is fresh now
+    del m.__dict__["w"]  # behind the module's back: the aux data still lists it
+    with pytest.raises(AttributeError, match=r"Leaf\.w \(PARAMETER\) .* never assigned"):
+        oxtree.tree_leaves(m)
+
+
+def test_rebuilt_modules_flatten_natively_again() -> None:
+    t = Tree(4)
+    out = oxtree.tree_map(lambda x: x, t)
+    assert oxtree.tree_leaves(out) == oxtree.tree_leaves(t)
+    assert oxtree.tree_structure(out) == oxtree.tree_structure(t)
+    leaves, gd = oxtree.graph_flatten(out)
+    again = oxtree.graph_unflatten(gd, leaves)
+    assert oxtree.tree_structure(again) == oxtree.tree_structure(t)
+
+
+# --------------------------------------------------------------------------------------------
+# filter_jit's one pass over the leaves
+
+
+def test_split_leaves() -> None:
+    from oxtree._core import _split_leaves
+
+    a, b = object(), object()
+    known = {object: True, str: False, int: False}
+    leaves = [a, "x", b, 1]
+    types, arrays, statics, aliased = _split_leaves(leaves, known)
+    assert types == (object, str, object, int)
+    assert arrays == (a, b)
+    assert statics == ("x", 1)
+    assert aliased is False
+    # The same types as the last call's: that very tuple comes back.
+    again = _split_leaves([b, "y", a, 2], known, types)
+    assert again is not None
+    assert again[0] is types
+    other = _split_leaves(["y", "y", a, 2], known, types)
+    assert other is not None
+    assert other[0] is not types
+    assert other[0][0] is str
+    # One array object in two leaves.
+    assert _split_leaves([a, a], known)[3] is True  # type: ignore[index]
+    assert _split_leaves(["s", "s"], known)[3] is False  # type: ignore[index]
+    # A type it was not told about: the caller must classify it first.
+    assert _split_leaves([a, 1.5], known) is None
+    assert _split_leaves([], known) == ((), (), (), False)
+
+
+def test_filter_jit_on_modules_keeps_results() -> None:
+    import jax.numpy as jnp
+    import oxtree.jax as oxjax
+
+    t = Tree(2)
+    t = oxtree.tree_map(jnp.asarray, t)
+    step = oxjax.filter_jit(lambda m, k: oxtree.tree_map(lambda x: x * k, m))
+    for k in (2.0, 3.0, 2.0):  # a new static, then the first again (cache hit)
+        out = step(t, k)
+        assert type(out) is Tree
+        assert [float(x.sum()) for x in oxtree.tree_leaves(out)] == [
+            float(x.sum()) * k for x in oxtree.tree_leaves(t)
+        ]
+        assert out.name == "tree"
