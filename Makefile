@@ -37,7 +37,9 @@ fmt: $(STAMP)
 	$(VENV)/bin/ruff format python tests benchmarks examples tools fuzz
 	$(VENV)/bin/ruff check --fix python tests benchmarks examples tools fuzz
 
+# tools/check_architecture.py: docs/architecture.md cites only files and names that exist.
 test: lint build
+	$(PY) tools/check_architecture.py
 	cargo test --quiet
 	$(PY) -m mypy.stubtest oxtree._core
 	$(PY) -X dev -m pytest -q

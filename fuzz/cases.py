@@ -43,7 +43,7 @@ import numpy as np
 import optree
 import oxtree
 import oxtree.tree_util as oxtu
-from nodes import (
+from fuzz_nodes import (
     DC,
     FACTORIES,
     HOSTILE,
@@ -53,24 +53,22 @@ from nodes import (
     Bag,
     Box,
     Chaos,
-    Empty,
     FakeNamedTuple,
     FakeNamedTuple2,
     FuzzError,
     GarbageBox,
-    KeyObj,
     ListSub,
     LyingClass,
     MutBox,
     OddDict,
-    Opaque,
-    Pt,
     RaisingBox,
     St,
     TouchyLeaf,
-    Tri,
     poke,
 )
+
+# fuzz_nodes has put tests/ on sys.path: the classes shared with the tests.
+from nodes import EmptyNamedTuple, Key, Leaf, Point, Rec, Triple
 
 # OXTREE_FUZZ_NO_JAX=1 skips the comparisons with jax (valgrind runs: XLA is slow there).
 NO_JAX = bool(os.environ.get("OXTREE_FUZZ_NO_JAX"))
@@ -90,7 +88,7 @@ ALLOWED = (
 
 NAN = float("nan")
 ARRAY = np.arange(3)
-OPAQUE = [Opaque(str(i)) for i in range(4)]
+OPAQUE = [Leaf(str(i)) for i in range(4)]
 TOUCHY = TouchyLeaf()
 LEAF_POOL: list[Any] = [
     0,
@@ -111,7 +109,7 @@ LEAF_POOL: list[Any] = [
     *OPAQUE,
 ]
 # Keys of every kind: orderable together or not, equal across types (1, 1.0, True), partially
-# ordered (frozensets), never equal to themselves (NaN), compared by identity (Opaque).
+# ordered (frozensets), never equal to themselves (NaN), compared by identity (Leaf).
 KEY_POOL: list[Any] = [
     "a",
     "b",
@@ -136,10 +134,10 @@ KEY_POOL: list[Any] = [
     1j,
     OPAQUE[0],
     OPAQUE[1],
-    KeyObj(1),
-    KeyObj(2),
+    Key(1),
+    Key(2),
 ]
-VALUE_KEY_TYPES = (str, int, float, bool, bytes, tuple, frozenset, complex, KeyObj, type(None))
+VALUE_KEY_TYPES = (str, int, float, bool, bytes, tuple, frozenset, complex, Key, type(None))
 JSON_KEY_TYPES = (str, int, float, bool, type(None))
 
 NODE_KINDS = [
@@ -188,25 +186,6 @@ PREDICATES: list[Callable[[Any], bool] | None] = [
 ]
 
 
-class Rec:
-    """A mapped value that remembers the exact objects it was called with."""
-
-    __slots__ = ("args",)
-
-    def __init__(self, *args: Any) -> None:
-        self.args = args
-
-    def same(self, other: Any) -> bool:
-        return (
-            type(other) is Rec
-            and len(other.args) == len(self.args)
-            and all(a is b for a, b in zip(self.args, other.args, strict=True))
-        )
-
-    def __repr__(self) -> str:
-        return f"Rec{self.args!r}"
-
-
 # --------------------------------------------------------------------------------------------------
 # Generation.
 
@@ -224,7 +203,7 @@ class Gen:
     def leaf(self) -> Any:
         rng = self.rng
         if rng.random() < 0.08:
-            return Opaque(f"fresh{rng.randrange(100)}")
+            return Leaf(f"fresh{rng.randrange(100)}")
         if self.hostile and rng.random() < 0.05:
             return rng.choice(
                 [LyingClass(), FakeNamedTuple((1, 2)), FakeNamedTuple2((3,)), ListSub()]
@@ -266,7 +245,7 @@ class Gen:
             extra = rng.choice([None, 0, 1, 3])
             node = deque(children, None if extra is None else len(children) + extra)
         elif kind == "namedtuple":
-            cls = rng.choice([Pt, Tri, Empty])
+            cls = rng.choice([Point, Triple, EmptyNamedTuple])
             node = cls(*kids(len(cls._fields)))
         elif kind == "structseq":
             cls = rng.choice(STRUCTSEQS)
@@ -310,7 +289,7 @@ def uses_only(tree: Any, allowed: tuple[type, ...]) -> bool:
         if kids is None:
             continue
         if type(node) not in allowed and not (
-            tuple in allowed and type(node) in (Pt, Tri, Empty, *STRUCTSEQS)
+            tuple in allowed and type(node) in (Point, Triple, EmptyNamedTuple, *STRUCTSEQS)
         ):
             return False
         stack.extend(kids[1])
@@ -349,7 +328,7 @@ def children_of(x: Any) -> tuple[Any, list[Any]] | None:
         return (cls, list(x), x.default_factory), list(x.values())
     if cls is deque:
         return (cls, x.maxlen), list(x)
-    if cls in (Pt, Tri, Empty) or cls in STRUCTSEQS:
+    if cls in (Point, Triple, EmptyNamedTuple) or cls in STRUCTSEQS:
         return cls, list(x)
     if cls is Box:
         return cls, [x.a, x.b]
@@ -371,7 +350,7 @@ def _same_meta(a: Any, b: Any) -> bool:
 
 
 def same_leaf(a: Any, b: Any) -> bool:
-    return a is b or (type(a) is Rec and a.same(b))
+    return a is b or (type(a) is Rec and a == b)
 
 
 def tree_diff(a: Any, b: Any) -> str | None:
@@ -673,7 +652,8 @@ def op_pickle(case: Case, tree, pred, opts, spec, ref_spec, leaves) -> None:
 JSON_ALLOW: dict[str, Any] = {
     "types": [
         v
-        for v in vars(__import__("nodes")).values()
+        for module in ("nodes", "fuzz_nodes")
+        for v in vars(__import__(module)).values()
         if isinstance(v, type) and issubclass(v, tuple) and hasattr(v, "_fields")
     ]
     + list(STRUCTSEQS),
@@ -1017,8 +997,9 @@ SAFE_GLOBALS: dict[tuple[str, str], Any] = {
     ("os", "terminal_size"): STRUCTSEQS[1],
     **{
         ("nodes", n): getattr(__import__("nodes"), n)
-        for n in ("Pt", "Tri", "Empty", "factory", "KeyObj", "Opaque", "Box", "Bag", "DC", "St")
+        for n in ("Point", "Triple", "EmptyNamedTuple", "make_default", "Key", "Leaf")
     },
+    **{("fuzz_nodes", n): getattr(__import__("fuzz_nodes"), n) for n in ("Box", "Bag", "DC", "St")},
 }
 
 
@@ -1033,10 +1014,12 @@ class SafeUnpickler(pickle.Unpickler):
 
 
 # Mutated bytes can still BUILD (setattr) on an allowed class or function, e.g. replace
-# St's slot descriptor or Pt.__new__: the attributes of each are put back after every load,
+# St's slot descriptor or Point.__new__: the attributes of each are put back after every load,
 # so one case cannot change what later cases run.
 _MUTABLE_GLOBALS = [
-    obj for obj in SAFE_GLOBALS.values() if getattr(obj, "__module__", None) == "nodes"
+    obj
+    for obj in SAFE_GLOBALS.values()
+    if getattr(obj, "__module__", None) in ("nodes", "fuzz_nodes")
 ]
 _SNAPSHOTS = [(obj, dict(vars(obj))) for obj in _MUTABLE_GLOBALS]
 
@@ -1108,7 +1091,7 @@ def exercise(case: Case, spec: Any, what: str) -> None:
     ok, n = case.call(f"{what} num_leaves", lambda: spec.num_leaves)
     if not ok:
         return
-    leaves = [Opaque(str(i)) for i in range(n)]
+    leaves = [Leaf(str(i)) for i in range(n)]
     ok, tree = case.call(f"{what} unflatten", spec.unflatten, leaves)
     if not ok:
         return
@@ -1222,15 +1205,15 @@ STATE_VALUES: list[Any] = [
     [],
     {},
     True,
-    Pt,
-    Tri,
+    Point,
+    Triple,
     Box,
     DC,
     St(1),
     list,
     object(),
-    KeyObj(1),
-    Opaque("state"),
+    Key(1),
+    Leaf("state"),
     MutBox([]),
 ]
 
@@ -1288,15 +1271,15 @@ TYPE_NAMES = [
     "antigravity:geohash",
     "faulthandler:_sigsegv",
     "ctypes:string_at",
-    "nodes:poke",
-    "nodes:Pt",
-    "nodes:Tri",
-    "nodes:Empty",
-    "nodes:factory",
-    "nodes:KeyObj",
+    "fuzz_nodes:poke",
+    "nodes:Point",
+    "nodes:Triple",
+    "nodes:EmptyNamedTuple",
+    "nodes:make_default",
+    "nodes:Key",
     "nodes:NoSuchThing",
-    "nodes:Pt.x",
-    "nodes:Pt._make",
+    "nodes:Point.x",
+    "nodes:Point._make",
     "collections:OrderedDict",
     "collections:deque",
     "builtins:int",
@@ -1431,7 +1414,7 @@ def random_graph(gen: Gen) -> list[Any]:
         elif kind == "tuple":
             node = tuple(rng.choice(pick) for _ in range(rng.randrange(4)))
         elif kind == "pt":
-            node = Pt(rng.choice(pick), rng.choice(pick))
+            node = Point(rng.choice(pick), rng.choice(pick))
         elif kind == "box":
             node = Box(rng.choice(pick), rng.choice(pick))
         else:
@@ -1461,7 +1444,7 @@ def exercise_graphdef(case: Case, gd: Any, what: str) -> None:
         case.call(f"{what} graphdef {op}", fn, gd)
     ok, n = case.call(f"{what} graphdef num_leaves", lambda: gd.num_leaves)
     if ok:
-        leaves = [Opaque(str(i)) for i in range(n)]
+        leaves = [Leaf(str(i)) for i in range(n)]
         ok, obj = case.call(f"{what} graph_unflatten", oxtree.graph_unflatten, gd, leaves)
         if ok:
             roots = obj if gd.num_roots != 1 else (obj,)
@@ -1560,19 +1543,19 @@ def check_big(case: Case) -> None:
     shape = rng.choice(
         ["wide_list", "wide_dict", "wide_mixed_keys", "deep", "deep_custom", "deep_graph"]
     )
-    leaf = Opaque("big")
+    leaf = Leaf("big")
     if shape == "wide_list":
         tree: Any = [leaf] * rng.choice([10**5, 10**6])
     elif shape == "wide_dict":
         tree = {f"k{i}": leaf for i in range(10**5)}
     elif shape == "wide_mixed_keys":
-        tree = {(i if i % 3 else str(i)) if i % 7 else KeyObj(i): leaf for i in range(30_000)}
+        tree = {(i if i % 3 else str(i)) if i % 7 else Key(i): leaf for i in range(30_000)}
     else:
         wrappers: list[Callable[[Any], Any]] = [
             lambda x: [x],
             lambda x: (x, None),
             lambda x: {"k": x},
-            lambda x: Pt(x, 1),
+            lambda x: Point(x, 1),
             lambda x: OrderedDict(a=x),
             lambda x: deque([x]),
         ]
@@ -1609,7 +1592,7 @@ def check_big(case: Case) -> None:
 # Attacks: hostile JSON documents, pickles of re-registered types, compositions too large to
 # allocate, impossible constructor arguments.
 
-HOSTILE_NAMES = ["os:abort", "os:_exit", "os:getpid", "builtins:exit", "this:s", "nodes:poke"]
+HOSTILE_NAMES = ["os:abort", "os:_exit", "os:getpid", "builtins:exit", "this:s", "fuzz_nodes:poke"]
 _ATTACK_NS = "fuzz-attack"
 
 
@@ -1683,7 +1666,7 @@ def attack_reregistered(case: Case) -> None:
     namespace = f"{_ATTACK_NS}-{case.index}"
     _register(cls, first, namespace)
     try:
-        fields = {f"f{i}": Opaque(str(i)) for i in range(first[1] + first[2])}
+        fields = {f"f{i}": Leaf(str(i)) for i in range(first[1] + first[2])}
         obj = cls(**fields)
         spec = oxtree.tree_structure([obj, 1], namespace=namespace)
         # The state a pickle holds (the class is not importable, so not the pickle itself).
@@ -1696,7 +1679,7 @@ def attack_reregistered(case: Case) -> None:
         ok, loaded = case.call("pickle.loads(re-registered)", rebuild, *args)
         if ok:
             exercise(case, loaded, "re-registered pickle")
-            leaves = [Opaque(str(i)) for i in range(loaded.num_leaves)]
+            leaves = [Leaf(str(i)) for i in range(loaded.num_leaves)]
             ok, tree = case.call("unflatten(re-registered)", loaded.unflatten, leaves)
             if ok:
                 ok, again = case.call(
@@ -1745,7 +1728,7 @@ def attack_constructor(case: Case) -> None:
             (dict, sorted(set(map(str, keys)))[:arity] if rng.random() < 0.5 else keys),
             (OrderedDict, keys),
             (defaultdict, (list, keys)),
-            (Pt, None),
+            (Point, None),
             (DC, (0,)),
             (DC, (0, 1)),
             (St, St(1)),
@@ -1761,7 +1744,7 @@ def attack_constructor(case: Case) -> None:
     )
     if not ok:
         return
-    leaves = [Opaque(str(i)) for i in range(spec.num_leaves)]
+    leaves = [Leaf(str(i)) for i in range(spec.num_leaves)]
     ok, tree = case.call("unflatten(constructed)", spec.unflatten, leaves)
     if not ok:
         case.record("incoherent", "unflatten(constructed)", f"{node_data!r:.200}: {tree!r:.200}")

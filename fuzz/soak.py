@@ -24,29 +24,25 @@ import pickle
 import subprocess
 import sys
 import time
-from collections import OrderedDict, defaultdict, deque, namedtuple
+from collections import OrderedDict, defaultdict, deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import oxtree
 import oxtree.tree_util
-from nodes import KeyObj
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+# The classes the tests share with the fuzzer live in tests/nodes.py.
+if str(ROOT / "tests") not in sys.path:
+    sys.path.append(str(ROOT / "tests"))
+from nodes import Key, Leaf, Pair, make_default  # noqa: E402
 
 
 def rss() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-class Leaf:
-    __slots__ = ("__weakref__", "name")
-
-    def __init__(self, name: str) -> None:
-        self.name = name
 
 
 class Node:
@@ -56,27 +52,22 @@ class Node:
         self.a, self.b = a, b
 
 
-Pair = namedtuple("Pair", "p q")
 oxtree.register_pytree_node(
     Node, lambda n: ((n.a, n.b), None, ("a", "b")), lambda _, c: Node(*c), namespace="soak"
 )
 
 
-def factory() -> int:
-    return 0
-
-
 def fixture() -> tuple[Any, Any, list[Any]]:
-    """A tree of every node kind with private leaves, keys and types; a JSON-able twin."""
+    """A tree of every node kind with private leaves and keys; a JSON-able twin."""
     leaves = [Leaf(str(i)) for i in range(10)]
-    keys = [KeyObj(2), KeyObj(1)]
+    keys = [Key(2), Key(1)]
     tree = {
         keys[0]: [leaves[0], (leaves[1], None), Pair(leaves[2], leaves[3])],
         keys[1]: OrderedDict(z=deque([leaves[4]], maxlen=3), y=Node(leaves[5], [leaves[6]])),
-        "c": defaultdict(factory, {"d": leaves[7], 3: (leaves[8], leaves[9])}),
+        "c": defaultdict(make_default, {"d": leaves[7], 3: (leaves[8], leaves[9])}),
     }
     plain = {"x": [leaves[0], (leaves[1], None)], "y": {"b": leaves[2], "a": [leaves[3]]}}
-    return tree, plain, [*leaves, *keys, Pair, factory]
+    return tree, plain, [*leaves, *keys, Pair, make_default]
 
 
 def operations(tree: Any, plain: Any) -> dict[str, Callable[[], Any]]:

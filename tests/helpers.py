@@ -2,7 +2,7 @@
 
 Everything here is plain Python: the corpus, the parametrize helper, a structural comparator that
 checks node types, dict key order and leaf identity, and a hypothesis strategy for random trees.
-Classes used as nodes are defined at module level so treedefs that hold them can be pickled.
+The classes the trees are made of live in nodes.py (shared with fuzz/).
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import itertools
 import operator
 import os
 import time
-import typing
-from collections import OrderedDict, defaultdict, deque, namedtuple
+from collections import OrderedDict, defaultdict, deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,6 +19,24 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+from nodes import (
+    DefaultDictSubclass,
+    DequeSubclass,
+    DictSubclass,
+    EmptyNamedTuple,
+    EmptyTyped,
+    ListSubclass,
+    Opaque,
+    OrderedDictSubclass,
+    Pair,
+    Point,
+    Rec,
+    SubPoint,
+    Triple,
+    TupleSubclass,
+    Vector,
+    make_default,
+)
 
 NONE_IS_LEAF_OPTIONS = (False, True)
 
@@ -30,81 +47,6 @@ HYPOTHESIS_SETTINGS = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-
-
-# --------------------------------------------------------------------------------------------------
-# Node classes (module level, so that pickling a treedef that references them works).
-
-Point = namedtuple("Point", ["x", "y"])
-Triple = namedtuple("Triple", "first second third")
-EmptyNamedTuple = namedtuple("EmptyNamedTuple", [])
-
-
-class SubPoint(Point):
-    """A subclass of a namedtuple class: still a namedtuple node for optree."""
-
-    __slots__ = ()
-
-
-class Vector(typing.NamedTuple):
-    dx: Any
-    dy: Any = "default"
-
-
-class Pair(typing.NamedTuple):
-    left: Any
-    right: Any
-
-
-class EmptyTyped(typing.NamedTuple):
-    pass
-
-
-# Subclasses of the builtin containers are *not* nodes: they are leaves.
-class TupleSubclass(tuple):
-    __slots__ = ()
-
-
-class ListSubclass(list):
-    pass
-
-
-class DictSubclass(dict):
-    pass
-
-
-class OrderedDictSubclass(OrderedDict):
-    pass
-
-
-class DefaultDictSubclass(defaultdict):
-    pass
-
-
-class DequeSubclass(deque):
-    pass
-
-
-def make_default():
-    """A module-level default factory (picklable, and distinct from the builtins)."""
-    return "made"
-
-
-class Opaque:
-    """An arbitrary object: a leaf, or a dict key that is hashable and equal by name but not
-    orderable (so it forces the insertion-order fallback when sorting dict keys)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is Opaque and other.name == self.name
-
-    def __hash__(self) -> int:
-        return hash(("Opaque", self.name))
-
-    def __repr__(self) -> str:
-        return f"Opaque({self.name!r})"
 
 
 OPAQUE = Opaque("leaf")
@@ -371,26 +313,6 @@ def contains_none(tree: Any) -> bool:
     return any(sub is None for sub in iter_subtrees(tree))
 
 
-class Rec:
-    """The result of a mapped function: remembers the exact objects it was called with."""
-
-    __slots__ = ("args",)
-    __hash__ = None  # type: ignore[assignment]
-
-    def __init__(self, *args: Any) -> None:
-        self.args = args
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            type(other) is Rec
-            and len(self.args) == len(other.args)
-            and all(a is b for a, b in zip(self.args, other.args, strict=True))
-        )
-
-    def __repr__(self) -> str:
-        return f"Rec{self.args!r}"
-
-
 def same_leaf(actual: Any, expected: Any) -> bool:
     """Leaves match when they are the same object (or equal Rec records of the same objects)."""
     if actual is expected:
@@ -505,22 +427,3 @@ def _extend(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 def trees(max_leaves: int = 24) -> st.SearchStrategy[Any]:
     """Random nested trees of every built-in node type with int/str/None leaves."""
     return st.recursive(_LEAVES, _extend, max_leaves=max_leaves)
-
-
-class Key:
-    """A dict key nobody else refers to (orderable, so dicts holding it still sort)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __lt__(self, other: Key) -> bool:
-        return self.name < other.name
-
-    def __hash__(self) -> int:
-        return hash(self.name)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Key) and other.name == self.name
-
-    def __repr__(self) -> str:
-        return f"Key({self.name!r})"

@@ -23,13 +23,9 @@ from helpers import (
     NONE_IS_LEAF_OPTIONS,
     OPAQUE,
     TREES,
-    Point,
-    Rec,
-    Vector,
     assert_same_leaves,
     assert_same_tree,
     iter_subtrees,
-    make_default,
     node_children,
     parametrize,
     trees,
@@ -37,6 +33,7 @@ from helpers import (
 )
 from hypothesis import given
 from hypothesis import strategies as st
+from nodes import Point, Rec, Vector, make_default
 
 NIL = NONE_IS_LEAF_OPTIONS
 # Trees whose root is a node (whatever none_is_leaf says), for the is_leaf callback tests.

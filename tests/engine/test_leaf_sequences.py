@@ -22,9 +22,9 @@ import optree
 import oxtree
 import oxtree.tree_util as otu
 import pytest
-from helpers import Point
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from nodes import Point
 
 
 class Color(enum.IntEnum):

@@ -19,9 +19,9 @@ import optree
 import oxtree
 import oxtree.tree_util as otu
 import pytest
-from helpers import Key
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from nodes import Key
 
 REBUILDS = 4
 

@@ -31,17 +31,16 @@ import pytest
 from helpers import (
     CORPUS,
     TREES,
-    Point,
     assert_same_leaves,
     assert_same_tree,
     is_namedtuple_instance,
     is_structseq_instance,
-    make_default,
     parametrize,
     trees,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from nodes import Point, make_default
 from oxtree import (
     DictKey,
     GraphDef,

@@ -33,19 +33,10 @@ import oxtree
 import oxtree.tree
 import oxtree.tree_util
 import pytest
-from helpers import (
-    CORPUS,
-    HYPOTHESIS_SETTINGS,
-    INNER_TREES,
-    OPAQUE,
-    Point,
-    Rec,
-    Triple,
-    Vector,
-    parametrize,
-)
+from helpers import CORPUS, HYPOTHESIS_SETTINGS, INNER_TREES, OPAQUE, parametrize
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from nodes import Point, Rec, Triple, Vector
 from paths_helpers import JAX_TREES, Hit, jax_path
 
 JTU, JT = jax.tree_util, jax.tree

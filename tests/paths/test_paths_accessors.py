@@ -21,9 +21,6 @@ from helpers import (
     HYPOTHESIS_SETTINGS,
     NONE_IS_LEAF_OPTIONS,
     TREES,
-    Opaque,
-    Point,
-    Rec,
     assert_same_leaves,
     assert_same_tree,
     parametrize,
@@ -31,6 +28,7 @@ from helpers import (
 )
 from hypothesis import given
 from hypothesis import strategies as st
+from nodes import Opaque, Point, Rec
 
 ENTRY_CLASS_NAMES = (
     "PyTreeEntry",
@@ -131,7 +129,7 @@ def test_examples() -> None:
     assert repr(accessors[1]) == (
         "PyTreeAccessor(*['b'][1].x, (MappingEntry(key='b', type=<class 'dict'>), "
         "SequenceEntry(index=1, type=<class 'list'>), "
-        "NamedTupleEntry(field='x', type=<class 'helpers.Point'>)))"
+        "NamedTupleEntry(field='x', type=<class 'nodes.Point'>)))"
     )
     assert oxtree.tree_accessors(5) == [oxtree.PyTreeAccessor()]
     assert repr(oxtree.tree_accessors(5)[0]) == "PyTreeAccessor(*, ())"

@@ -19,16 +19,10 @@ from typing import Any
 import jax.tree_util as jtu
 import oxtree
 import pytest
-from helpers import (
-    HYPOTHESIS_SETTINGS,
-    Opaque,
-    Point,
-    Vector,
-    assert_same_tree,
-    parametrize,
-)
+from helpers import HYPOTHESIS_SETTINGS, assert_same_tree, parametrize
 from hypothesis import given
 from hypothesis import strategies as st
+from nodes import Opaque, Point, Vector
 from oxtree import _core
 from paths_helpers import JAX_TREES, Hit, jax_path
 

@@ -20,7 +20,6 @@ from helpers import (
     HYPOTHESIS_SETTINGS,
     NONE_IS_LEAF_OPTIONS,
     TREES,
-    Rec,
     assert_same_leaves,
     assert_same_tree,
     parametrize,
@@ -28,6 +27,7 @@ from helpers import (
 )
 from hypothesis import given
 from hypothesis import strategies as st
+from nodes import Rec
 
 _counter = itertools.count()
 

@@ -21,15 +21,13 @@ from helpers import (
     HYPOTHESIS_SETTINGS,
     NONE_IS_LEAF_OPTIONS,
     TREES,
-    Opaque,
-    Point,
-    Vector,
     assert_same_tree,
     parametrize,
     trees,
 )
 from hypothesis import given
 from hypothesis import strategies as st
+from nodes import Opaque, Point, Vector
 from oxtree import _core
 
 SENTINEL = Opaque("sentinel")

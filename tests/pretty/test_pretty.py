@@ -24,19 +24,10 @@ from typing import Any
 import numpy as np
 import oxtree
 import pytest
-from helpers import (
-    CORPUS,
-    HYPOTHESIS_SETTINGS,
-    TREES,
-    Point,
-    Vector,
-    chain,
-    make_default,
-    parametrize,
-    trees,
-)
+from helpers import CORPUS, HYPOTHESIS_SETTINGS, TREES, chain, parametrize, trees
 from hypothesis import given
 from hypothesis import strategies as st
+from nodes import Point, Vector, make_default
 from oxtree import pretty
 from oxtree._pretty_model import dtype_name
 

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import oxtree
 import pytest
-from helpers import Point
+from nodes import Point
 from oxtree import dataclasses as odc
 
 # --------------------------------------------------------------------------------------------------

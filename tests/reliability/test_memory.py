@@ -15,7 +15,8 @@ import numpy as np
 import optree
 import oxtree
 import pytest
-from helpers import CORPUS, Key, Point, Vector, assert_same_leaves, assert_same_tree
+from helpers import CORPUS, assert_same_leaves, assert_same_tree
+from nodes import Key, Point, Vector
 
 ITERATIONS = 100_000
 

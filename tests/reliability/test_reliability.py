@@ -21,9 +21,12 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+import deep_ops
 import oxtree
 import oxtree.tree_util
 import pytest
+from subprocess_runs import DEEP_OPS as CORE_DEEP_OPS
+from subprocess_runs import op_result, run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 FUZZ = ROOT / "fuzz"
@@ -171,13 +174,6 @@ DEPTH = 100_000
 # fuzz` runs them at full depth and records their times in docs/reliability.md.
 SLOW_DEPTH = 5_000
 
-sys.path.insert(0, str(FUZZ))
-# The depth runs share tests/errors' subprocess driver and its list of deep operations.
-sys.path.insert(0, str(ROOT / "tests" / "errors"))
-import deep_ops  # noqa: E402
-from test_errors import DEEP_OPS as ERRORS_DEEP_OPS  # noqa: E402
-from test_errors import _run_script  # noqa: E402
-
 DEEP_OPS = list(deep_ops.ops(deep_ops.build(3)))
 
 
@@ -185,19 +181,13 @@ DEEP_SCRIPT = (FUZZ / "deep_ops.py").read_text()
 
 
 def deep_run() -> dict[str, Any]:
-    # test_errors.py's runner: one subprocess (cached), one JSON record per line.
-    return _run_script(DEEP_SCRIPT, f"--slow-depth={SLOW_DEPTH}", "0", str(DEPTH))
+    # One subprocess (cached), one JSON record per line.
+    return run_script(DEEP_SCRIPT, f"--slow-depth={SLOW_DEPTH}", "0", str(DEPTH))
 
 
 @pytest.mark.parametrize("op", DEEP_OPS)
 def test_deep_chain_through_every_public_function(op):
-    run = deep_run()
-    if op not in run["done"]:
-        pytest.fail(
-            f"the subprocess died (returncode {run['returncode']}) during "
-            f"{run['last_started']!r} before {op!r} ran\n{run['stderr']}"
-        )
-    outcome, detail = run["done"][op][:2]
+    outcome, detail = op_result(deep_run(), op)[:2]
     assert outcome in ("ok", "RecursionError"), f"{op}: {outcome}: {detail}"
 
 
@@ -207,11 +197,12 @@ def test_deep_subprocess_exits_cleanly():
     assert run["returncode"] == 0, run["stderr"]
 
 
-# test_errors.py's deep script covers the core walks and the treedef basics: its operations
-# named after public functions or treedef methods count as covered.
+# The deep script of test_errors.py (subprocess_runs.DEEP_SCRIPT) covers the core walks and the
+# treedef basics: its operations named after public functions or treedef methods count as
+# covered.
 COVERED_ELSEWHERE = {
     name if name.startswith("tree_") else f"PyTreeSpec.{name.removeprefix('spec.')}"
-    for name in ERRORS_DEEP_OPS
+    for name in CORE_DEEP_OPS
 }
 TAKE_NO_TREE = {
     "dict_insertion_ordered",

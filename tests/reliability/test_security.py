@@ -27,9 +27,10 @@ import optree
 import oxtree
 import oxtree.tree_util as jtu
 import pytest
-from helpers import Point, trees
+from helpers import trees
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from nodes import Point
 from oxtree._core import _rebuild_treespec
 
 NAMESPACE = "test_security"
@@ -124,12 +125,12 @@ def test_json_allow_list_from_the_caller() -> None:
         oxtree.treespec_from_json(text)
     with pytest.raises(ValueError, match=r"'test_security:make_zero' is not a known default"):
         oxtree.treespec_from_json(text, types=[Point])
-    with pytest.raises(ValueError, match=r"'helpers:Point' is not a known namedtuple class"):
+    with pytest.raises(ValueError, match=r"'nodes:Point' is not a known namedtuple class"):
         oxtree.treespec_from_json(text, factories=[make_zero])
     # Objects matched by their own names, or a mapping from names to objects.
     assert oxtree.treespec_from_json(text, types=[Point], factories=[make_zero]) == spec
     loaded = oxtree.treespec_from_json(
-        text, types={"helpers:Point": Point}, factories={"test_security:make_zero": make_zero}
+        text, types={"nodes:Point": Point}, factories={"test_security:make_zero": make_zero}
     )
     assert loaded == spec
     assert loaded.unflatten([1, 2, 3])["d"].default_factory is make_zero
@@ -149,7 +150,7 @@ def test_json_allow_list_arguments_are_checked() -> None:
     with pytest.raises(TypeError, match="types must be an iterable or a mapping"):
         oxtree.treespec_from_json(doc, types=5)
     with pytest.raises(TypeError, match="types must be an iterable or a mapping"):
-        oxtree.treespec_from_json(doc, types="helpers:Point")
+        oxtree.treespec_from_json(doc, types="nodes:Point")
     with pytest.raises(TypeError, match="has no name to match"):
         oxtree.treespec_from_json(doc, factories=[lambda: 0])
     with pytest.raises(TypeError, match="names in factories must be str"):
@@ -158,7 +159,7 @@ def test_json_allow_list_arguments_are_checked() -> None:
 
 def test_json_allowed_type_must_still_fit() -> None:
     """An allowed class is checked like a pickled one: the arity, the kind."""
-    doc = json_doc(["leaf", 0], ["namedtuple", 1, "helpers:Point"])
+    doc = json_doc(["leaf", 0], ["namedtuple", 1, "nodes:Point"])
     with pytest.raises(ValueError, match="does not fit a NamedTuple node of arity 1"):
         oxtree.treespec_from_json(doc, types=[Point])
     doc = json_doc(["leaf", 0], ["defaultdict", 1, ["a"], None, "m:f"])

@@ -26,10 +26,6 @@ from helpers import (
     INNER_TREES,
     NONE_IS_LEAF_OPTIONS,
     TREES,
-    Opaque,
-    Point,
-    Rec,
-    Triple,
     assert_same_leaves,
     assert_same_tree,
     parametrize,
@@ -38,6 +34,7 @@ from helpers import (
 )
 from hypothesis import given
 from hypothesis import strategies as st
+from nodes import Opaque, Point, Rec, Triple
 
 # --------------------------------------------------------------------------------------------------
 # Helpers.

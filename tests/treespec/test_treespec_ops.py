@@ -23,15 +23,14 @@ from helpers import (
     INNER_TREES,
     NONE_IS_LEAF_OPTIONS,
     TREES,
-    Point,
     assert_same_leaves,
     assert_same_tree,
-    make_default,
     parametrize,
     trees,
 )
 from hypothesis import given
 from hypothesis import strategies as st
+from nodes import Point, make_default
 
 # --------------------------------------------------------------------------------------------------
 # Helpers.

@@ -18,17 +18,8 @@ from typing import Any
 import optree
 import oxtree
 import pytest
-from helpers import (
-    NONE_IS_LEAF_OPTIONS,
-    TREES,
-    EmptyNamedTuple,
-    Point,
-    TupleSubclass,
-    Vector,
-    assert_same_tree,
-    make_default,
-    parametrize,
-)
+from helpers import NONE_IS_LEAF_OPTIONS, TREES, assert_same_tree, parametrize
+from nodes import EmptyNamedTuple, Point, TupleSubclass, Vector, make_default
 
 # --------------------------------------------------------------------------------------------------
 # Helpers.

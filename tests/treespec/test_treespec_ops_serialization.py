@@ -27,12 +27,11 @@ from helpers import (
     NONE_IS_LEAF_OPTIONS,
     TREE_IDS,
     TREES,
-    Point,
     assert_same_tree,
     iter_subtrees,
-    make_default,
     parametrize,
 )
+from nodes import Point, make_default
 from oxtree._core import _rebuild_treespec
 
 # --------------------------------------------------------------------------------------------------
@@ -399,7 +398,7 @@ CORRUPTED_DOCS: dict[str, Any] = {
     "namedtuple-empty-name": corrupt(set_node("namedtuple", 2, "")),
     "namedtuple-name-number": corrupt(set_node("namedtuple", 2, 5)),
     "namedtuple-name-null": corrupt(set_node("namedtuple", 2, None)),
-    "structseq-is-namedtuple": corrupt(set_node("structsequence", 2, "helpers:Triple")),
+    "structseq-is-namedtuple": corrupt(set_node("structsequence", 2, "nodes:Triple")),
     "structseq-unknown": corrupt(set_node("structsequence", 2, "time:no_such_struct")),
     "structseq-plain-class": corrupt(set_node("structsequence", 2, "builtins:object")),
     "factory-not-callable": corrupt(set_node("defaultdict", 4, "math:pi")),

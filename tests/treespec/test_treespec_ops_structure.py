@@ -15,17 +15,10 @@ from typing import Any
 import optree
 import oxtree
 import pytest
-from helpers import (
-    HYPOTHESIS_SETTINGS,
-    NONE_IS_LEAF_OPTIONS,
-    TREE_IDS,
-    TREES,
-    Point,
-    parametrize,
-    trees,
-)
+from helpers import HYPOTHESIS_SETTINGS, NONE_IS_LEAF_OPTIONS, TREE_IDS, TREES, parametrize, trees
 from hypothesis import given
 from hypothesis import strategies as st
+from nodes import Point
 
 # --------------------------------------------------------------------------------------------------
 # Helpers.

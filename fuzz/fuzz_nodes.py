@@ -1,4 +1,5 @@
-"""The classes and registrations the fuzzer's trees are made of.
+"""The fuzzer's own classes and registrations; the plain ones it shares with the tests (the
+namedtuples, `Key`, `Leaf`, `Rec`, the defaultdict factory) are in tests/nodes.py.
 
 Everything lives at module level so that treedefs holding these classes pickle and so that
 `treespec_to_json` can name them. Two namespaces are used:
@@ -17,13 +18,21 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 import time
-from collections import OrderedDict, defaultdict, deque, namedtuple
+from collections import OrderedDict, defaultdict, deque
+from pathlib import Path
 from typing import Any
 
 import optree
 import optree.dataclasses as optree_dataclasses
 import oxtree
+
+# The classes the tests share with the fuzzer (Point, Key, Leaf, ...) live in tests/nodes.py.
+TESTS = str(Path(__file__).resolve().parents[1] / "tests")
+if TESTS not in sys.path:
+    sys.path.append(TESTS)
+from nodes import Key, Leaf, make_default  # noqa: E402
 
 NAMESPACE = "fuzz"
 HOSTILE = "hostile"
@@ -38,58 +47,10 @@ class FuzzError(Exception):
 
 
 # --------------------------------------------------------------------------------------------------
-# Built-in node types with module-level classes.
+# Built-in node types.
 
-Pt = namedtuple("Pt", "x y")
-Tri = namedtuple("Tri", "a b c")
-Empty = namedtuple("Empty", "")
 STRUCTSEQS = (time.struct_time, os.terminal_size)
-
-
-def factory() -> int:
-    """A module-level defaultdict factory (picklable, importable by name)."""
-    return 0
-
-
-FACTORIES = (None, list, int, factory)
-
-
-class KeyObj:
-    """An orderable, hashable dict key compared by value (survives pickling)."""
-
-    __slots__ = ("v",)
-
-    def __init__(self, v: int) -> None:
-        self.v = v
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is KeyObj and other.v == self.v
-
-    def __hash__(self) -> int:
-        return hash(("KeyObj", self.v))
-
-    def __lt__(self, other: KeyObj) -> bool:
-        if type(other) is not KeyObj:
-            return NotImplemented
-        return self.v < other.v
-
-    def __repr__(self) -> str:
-        return f"KeyObj({self.v})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (KeyObj, (self.v,))
-
-
-class Opaque:
-    """A leaf (or key) compared by identity, with a stable repr."""
-
-    __slots__ = ("__weakref__", "name")
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"Opaque({self.name})"
+FACTORIES = (None, list, int, make_default)
 
 
 class TouchyLeaf:
@@ -255,7 +216,7 @@ class Chaos:
 
 def mutate(rng: Any, obj: Any) -> None:
     """One random in-place change of a container."""
-    new: Any = rng.choice([0, [1, 2], {"n": 3}, (4,), None, Opaque("new")])
+    new: Any = rng.choice([0, [1, 2], {"n": 3}, (4,), None, Leaf("new")])
     cls = type(obj)
     choice = rng.randrange(6)
     if cls is list:
@@ -275,7 +236,7 @@ def mutate(rng: Any, obj: Any) -> None:
         if choice == 0:
             obj.clear()
         elif choice in (1, 4):
-            obj[rng.choice(["a", "zz", 7, KeyObj(rng.randrange(9))])] = new
+            obj[rng.choice(["a", "zz", 7, Key(rng.randrange(9))])] = new
         elif choice == 2 and obj:
             obj.pop(next(iter(obj)))
         elif choice == 3 and cls is OrderedDict and obj:
