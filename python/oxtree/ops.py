@@ -25,7 +25,12 @@ from oxtree._core import (
     PyTreeKind,
     PyTreeSpec,
     SequenceKey,
-    _rebuild_treespec,
+    _broadcast_prefix,
+    _tree_all,
+    _tree_reduce,
+    _tree_reduce_associative,
+    _tree_transpose,
+    _unflatten_node,
     keystr,
     tree_flatten,
     tree_leaves,
@@ -221,11 +226,9 @@ def tree_broadcast_prefix(
     >>> tree_broadcast_prefix(7, [1, (2, None)])
     [7, (7, None)]
     """
-    leaves, spec = tree_flatten(
-        prefix_tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+    return _broadcast_prefix(
+        prefix_tree, full_tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
     )
-    pieces = _broadcast_pieces(spec, full_tree, is_leaf, none_is_leaf, namespace)
-    return spec.unflatten(map(_spread, leaves, pieces))
 
 
 def broadcast_prefix(
@@ -242,11 +245,9 @@ def broadcast_prefix(
     >>> broadcast_prefix((1, 2), ([3, 4], {'a': 5}))
     [1, 1, 2]
     """
-    leaves, spec = tree_flatten(
-        prefix_tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+    return _broadcast_prefix(
+        prefix_tree, full_tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace, leaves=True
     )
-    pieces = _broadcast_pieces(spec, full_tree, is_leaf, none_is_leaf, namespace)
-    return _repeat_leaves(leaves, pieces)
 
 
 def _common_suffix(first: PyTreeSpec, second: PyTreeSpec) -> PyTreeSpec:
@@ -481,41 +482,7 @@ def tree_transpose(
     >>> tree_transpose(outer, None, [(1, 2), (3, 4)])
     ([1, 3], [2, 4])
     """
-    none_is_leaf = outer_treespec.none_is_leaf
-    if inner_treespec is None:
-        if outer_treespec.num_leaves == 0:
-            raise ValueError(
-                "Tree structures must have at least one leaf. Cannot infer the inner "
-                f"structure under an outer structure with no leaves: {outer_treespec}."
-            )
-        inner_treespec = tree_structure(
-            outer_treespec.flatten_up_to(tree)[0],
-            is_leaf,
-            none_is_leaf=none_is_leaf,
-            namespace=outer_treespec.namespace,
-        )
-    if inner_treespec.none_is_leaf != none_is_leaf:
-        raise ValueError("Tree structures must have the same none_is_leaf value.")
-    outer_size, inner_size = outer_treespec.num_leaves, inner_treespec.num_leaves
-    if outer_size == 0 or inner_size == 0:
-        raise ValueError(
-            f"Tree structures must have at least one leaf. Got outer {outer_treespec} "
-            f"and inner {inner_treespec}."
-        )
-    leaves, spec = tree_flatten(
-        tree,
-        is_leaf,
-        none_is_leaf=none_is_leaf,
-        namespace=outer_treespec.namespace or inner_treespec.namespace,
-    )
-    if len(leaves) != outer_size * inner_size:
-        raise TypeError(
-            f"Tree structure mismatch; expected: {outer_treespec.compose(inner_treespec)}, "
-            f"got: {spec}."
-        )
-    return inner_treespec.unflatten(
-        outer_treespec.unflatten(leaves[column::inner_size]) for column in range(inner_size)
-    )
+    return _tree_transpose(outer_treespec, inner_treespec, tree, is_leaf)
 
 
 def _transpose_outputs(
@@ -651,18 +618,10 @@ def tree_reduce(
     >>> tree_reduce(lambda a, b: a + b, (), 'start')
     'start'
     """
-    leaves = tree_leaves(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
-    if initial is MISSING:
-        return functools.reduce(func, leaves)
-    return functools.reduce(func, leaves, initial)
-
-
-def _pairwise(operation: Callable[[Any, Any], Any], values: list[Any]) -> Any:
-    """Reduce a non-empty list as a balanced tree: the left half, then the right half."""
-    if len(values) == 1:
-        return values[0]
-    middle = len(values) // 2
-    return operation(_pairwise(operation, values[:middle]), _pairwise(operation, values[middle:]))
+    initials = () if initial is MISSING else (initial,)
+    return _tree_reduce(
+        func, tree, *initials, is_leaf=is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+    )
 
 
 def tree_reduce_associative(
@@ -682,12 +641,8 @@ def tree_reduce_associative(
     >>> tree_reduce_associative(lambda a, b: a + b, {}, identity=0)
     0
     """
-    leaves = tree_leaves(tree, is_leaf)
-    if not leaves:
-        if identity is MISSING:
-            raise TypeError("Must specify identity for parallel reduction of empty sequence.")
-        return identity
-    return _pairwise(operation, leaves)
+    identities = () if identity is MISSING else (identity,)
+    return _tree_reduce_associative(operation, tree, *identities, is_leaf=is_leaf)
 
 
 def tree_sum(
@@ -768,7 +723,7 @@ def tree_all(
     >>> tree_all([1, (True, None)]), tree_all({'a': 0}), tree_all([])
     (True, False, True)
     """
-    return all(tree_leaves(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace))
+    return _tree_all(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
 
 
 def tree_any(
@@ -784,7 +739,7 @@ def tree_any(
     >>> tree_any([0, (False, None)]), tree_any({'a': 0, 'b': 'x'}), tree_any([])
     (False, True, False)
     """
-    return any(tree_leaves(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace))
+    return _tree_all(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace, any=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -966,35 +921,6 @@ _UNFLATTEN_BY_KIND: dict[PyTreeKind, Callable[[Any, list[Any]], Any]] = {
 }
 
 
-def _custom_unflatten(node: PyTreeSpec) -> Callable[[Any, list[Any]], Any]:
-    """An unflatten function for a custom node, rebuilding through its one-level treespec."""
-    original = node.node_data()
-
-    def unflatten(metadata: Any, children: list[Any]) -> Any:
-        if metadata is original:
-            return node.unflatten(children)
-        # The core has no public way to fetch a type's registered unflatten function: swap the
-        # node data in the treespec's pickled state instead (nodes in post-order, so the root is
-        # the last node, and a node is `(kind, arity, node_data, ...)`).
-        rebuild, (state,) = node.__reduce__()
-        if rebuild is _rebuild_treespec:
-            for index, part in enumerate(state):
-                if (
-                    isinstance(part, tuple)
-                    and part
-                    and isinstance(part[-1], tuple)
-                    and len(part[-1]) > 2
-                    and part[-1][0] == PyTreeKind.CUSTOM
-                    and part[-1][2] is original
-                ):
-                    root = (*part[-1][:2], metadata, *part[-1][3:])
-                    new_state = (*state[:index], (*part[:-1], root), *state[index + 1 :])
-                    return _rebuild_treespec(new_state).unflatten(children)
-        raise TypeError(f"cannot rebuild a {_type_name(node.type)} node with different metadata")
-
-    return unflatten
-
-
 def tree_flatten_one_level(
     tree: Any,
     /,
@@ -1025,7 +951,8 @@ def tree_flatten_one_level(
     elif kind == PyTreeKind.DEFAULTDICT:
         factory, keys = metadata
         metadata = (factory, DictMetaData(keys, original_keys=tree))
-    unflatten = _UNFLATTEN_BY_KIND.get(kind) or _custom_unflatten(node)
+    # A registered node is rebuilt through its registration, from any metadata.
+    unflatten = _UNFLATTEN_BY_KIND.get(kind) or functools.partial(_unflatten_node, node)
     out = FlattenOneLevelOutputEx(children, metadata, tuple(spec.entries()), unflatten)
     out.type = spec.type
     out.kind = PyTreeKind(kind)

@@ -436,5 +436,6 @@ pub fn _prefix_errors<'py>(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PrefixError>()?;
     m.add_function(wrap_pyfunction!(_prefix_errors, m)?)?;
+    super::algebra::register(m)?;
     Ok(())
 }
