@@ -1,8 +1,9 @@
 """The tree algebra: prefix broadcasting, transposition, reductions, partition and friends.
 
-Everything here is written in Python on top of the Rust core (flatten, unflatten and the
-treespec methods), with optree's signatures and semantics plus JAX's extras
-(``inner_treespec=None`` in :func:`tree_transpose`, :func:`tree_reduce_associative`).
+optree's signatures and semantics plus JAX's extras (``inner_treespec=None`` in
+:func:`tree_transpose`, :func:`tree_reduce_associative`). The operations the JAX face offers
+too (broadcasting a prefix, transposing, the reductions) are one core function each, which
+both faces call with their own options; the rest is written on the core's walks.
 
 >>> tree_broadcast_prefix((None, 0), (1, {'k1': 2, 'k2': 3}), none_is_leaf=True)
 (None, {'k1': 0, 'k2': 0})
