@@ -63,6 +63,7 @@ __all__ = [
     "_node_kind",
     "_unflatten_node",
     "_broadcast_prefix",
+    "_broadcast_common",
     "_tree_reduce",
     "_tree_reduce_associative",
     "_tree_all",
@@ -417,6 +418,16 @@ def _broadcast_prefix(
     namespace: str = "",
     jax: bool = False,
     leaves: bool = False,
+) -> Any: ...
+def _broadcast_common(
+    trees: Iterable[Any],
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+    leaves: bool = False,
+    indices: bool = False,
 ) -> Any: ...
 def _tree_reduce(
     func: Callable[[Any, Any], Any],

@@ -26,6 +26,7 @@ from oxtree._core import (
     PyTreeKind,
     PyTreeSpec,
     SequenceKey,
+    _broadcast_common,
     _broadcast_prefix,
     _tree_all,
     _tree_reduce,
@@ -95,18 +96,6 @@ class _Missing:
 MISSING: Any = _Missing()
 
 
-class _Hole:
-    """A placeholder leaf in the skeleton trees built while broadcasting (never returned)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "*"
-
-
-_HOLE = _Hole()
-
-
 # --------------------------------------------------------------------------------------------------
 # Helpers: one-level views of nodes, describing and comparing nodes, an iterative zip-walk.
 
@@ -173,40 +162,6 @@ def _zip_walk(root: Any, expand: Callable[[Any], tuple[bool, Any, Any]]) -> Any:
 # Prefix trees and broadcasting.
 
 
-def _broadcast_pieces(
-    prefix_spec: PyTreeSpec,
-    full_tree: Any,
-    is_leaf: Callable[[Any], bool] | None,
-    none_is_leaf: bool,
-    namespace: str,
-) -> list[PyTreeSpec | None]:
-    """For each leaf of ``prefix_spec``, the structure of the subtree of ``full_tree`` under it
-    (None where that subtree is a placeholder leaf of a skeleton)."""
-    pieces: list[PyTreeSpec | None] = []
-    for subtree in prefix_spec.flatten_up_to(full_tree):
-        if subtree is _HOLE:
-            pieces.append(None)
-        else:
-            pieces.append(
-                tree_structure(subtree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
-            )
-    return pieces
-
-
-def _spread(value: Any, piece: PyTreeSpec | None) -> Any:
-    return value if piece is None else piece.unflatten([value] * piece.num_leaves)
-
-
-def _repeat_leaves(leaves: list[Any], pieces: list[PyTreeSpec | None]) -> list[Any]:
-    out: list[Any] = []
-    for value, piece in zip(leaves, pieces, strict=True):
-        if piece is None:
-            out.append(value)
-        else:
-            out.extend([value] * piece.num_leaves)
-    return out
-
-
 def tree_broadcast_prefix(
     prefix_tree: Any,
     full_tree: Any,
@@ -251,30 +206,6 @@ def broadcast_prefix(
     )
 
 
-def _common_suffix(first: PyTreeSpec, second: PyTreeSpec) -> PyTreeSpec:
-    """The smallest structure both treespecs are prefixes of."""
-    return first.broadcast_to_common_suffix(second)
-
-
-def _broadcast_all(
-    trees: tuple[Any, ...],
-    is_leaf: Callable[[Any], bool] | None,
-    none_is_leaf: bool,
-    namespace: str,
-) -> list[tuple[PyTreeSpec, list[Any], list[PyTreeSpec | None]]]:
-    """For each tree: its treespec, its leaves and the structure to spread each leaf over."""
-    flat = [
-        tree_flatten(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
-        for tree in trees
-    ]
-    common = functools.reduce(_common_suffix, [spec for _, spec in flat])
-    skeleton = common.unflatten([_HOLE] * common.num_leaves)
-    return [
-        (spec, leaves, _broadcast_pieces(spec, skeleton, None, none_is_leaf, namespace))
-        for leaves, spec in flat
-    ]
-
-
 def tree_broadcast_common(
     tree: Any,
     other_tree: Any,
@@ -292,13 +223,10 @@ def tree_broadcast_common(
     >>> tree_broadcast_common((1, {'a': 2}), ((3, 4), 5))
     (((1, 1), {'a': 2}), ((3, 4), {'a': 5}))
     """
-    results = [
-        spec.unflatten(map(_spread, leaves, pieces))
-        for spec, leaves, pieces in _broadcast_all(
-            (tree, other_tree), is_leaf, none_is_leaf, namespace
-        )
-    ]
-    return results[0], results[1]
+    first, second = _broadcast_common(
+        (tree, other_tree), is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+    )
+    return first, second
 
 
 def broadcast_common(
@@ -315,29 +243,10 @@ def broadcast_common(
     >>> broadcast_common((1, {'a': 2}), ((3, 4), 5))
     ([1, 1, 2], [3, 4, 5])
     """
-    results = [
-        _repeat_leaves(leaves, pieces)
-        for _, leaves, pieces in _broadcast_all(
-            (tree, other_tree), is_leaf, none_is_leaf, namespace
-        )
-    ]
-    return results[0], results[1]
-
-
-def _broadcast_index_trees(
-    trees: tuple[Any, ...],
-    is_leaf: Callable[[Any], bool] | None,
-    none_is_leaf: bool,
-    namespace: str,
-) -> tuple[list[list[Any]], list[Any]]:
-    """Each tree broadcast to the common suffix with the *index* of its leaf at every leaf
-    position (ints are leaves whatever ``is_leaf`` says), plus each tree's leaves."""
-    values: list[list[Any]] = []
-    index_trees: list[Any] = []
-    for spec, leaves, pieces in _broadcast_all(trees, is_leaf, none_is_leaf, namespace):
-        values.append(leaves)
-        index_trees.append(spec.unflatten(map(_spread, range(len(leaves)), pieces)))
-    return values, index_trees
+    first, second = _broadcast_common(
+        (tree, other_tree), is_leaf, none_is_leaf=none_is_leaf, namespace=namespace, leaves=True
+    )
+    return first, second
 
 
 def tree_broadcast_map(
@@ -387,7 +296,11 @@ def _broadcast_map(
 ) -> Any:
     """`mapper` (tree_map or a variant that passes `leading` extra arguments first: a path, an
     accessor) of `func` over `trees` broadcast to their common suffix structure."""
-    values, index_trees = _broadcast_index_trees(trees, is_leaf, none_is_leaf, namespace)
+    # Each tree broadcast with the position of its leaf at every leaf (ints are leaves,
+    # whatever `is_leaf` says), and each tree's leaves.
+    index_trees, values = _broadcast_common(
+        trees, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace, indices=True
+    )
 
     def call(*args: Any) -> Any:
         indices = args[leading:]

@@ -68,6 +68,58 @@ def test_broadcast_crosses_the_boundary_once_per_call(name: str) -> None:
     assert len(jtu.tree_leaves(out)) == 300
 
 
+COMMON = [(i, [0, {"k": 0}]) for i in range(100)]
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        (lambda: oxtree.tree_broadcast_common(PREFIX, COMMON), ["_broadcast_common"]),
+        (lambda: oxtree.broadcast_common(PREFIX, COMMON), ["_broadcast_common"]),
+        (
+            lambda: oxtree.tree_broadcast_map(lambda x, y: x, PREFIX, COMMON),
+            ["_broadcast_common", "tree_map"],
+        ),
+    ],
+    ids=["tree_broadcast_common", "broadcast_common", "tree_broadcast_map"],
+)
+def test_broadcast_common_crosses_once(call: Callable[[], Any], expected: list[str]) -> None:
+    """No walk per leaf: one core call (and the map over the broadcast trees)."""
+    call()
+    with _crossings() as calls:
+        call()
+    assert calls == expected
+
+
+@pytest.mark.parametrize(
+    ("tree", "other"),
+    [
+        (1, [2, (3, None)]),
+        ((1, {"a": 2}), ((3, 4), 5)),
+        ({"a": 1, "b": [2]}, collections.OrderedDict(b=[3], a=(4, 5))),
+        ([None, 1], [2, (3, 4)]),
+        (collections.deque([1, 2], maxlen=3), collections.deque([[1], 2])),
+    ],
+    ids=repr,
+)
+def test_broadcast_common_matches_optree(tree: Any, other: Any) -> None:
+    assert oxtree.tree_broadcast_common(tree, other) == optree.tree_broadcast_common(tree, other)
+    if not isinstance(tree, dict) or type(tree) is type(other):  # (mixed mapping kinds:
+        # optree lists the leaves in the common key order, oxtree in each tree's own)
+        assert oxtree.broadcast_common(tree, other) == optree.broadcast_common(tree, other)
+    ours = oxtree.tree_broadcast_map(lambda x, y: (x, y), tree, other)
+    assert ours == optree.tree_broadcast_map(lambda x, y: (x, y), tree, other)
+
+
+def test_broadcast_common_errors() -> None:
+    with pytest.raises(ValueError, match="arity mismatch"):
+        oxtree.tree_broadcast_common([1, 2], [1, 2, 3])
+    with pytest.raises(TypeError, match="needs a tree"):
+        _core._broadcast_common(())
+    with pytest.raises(TypeError, match="is_leaf must be a callable or None"):
+        oxtree.broadcast_common(1, 2, is_leaf=1)  # type: ignore[arg-type]
+
+
 def test_the_crossing_counter_sees_per_leaf_calls() -> None:
     """The counter itself: a Python loop over treespec methods is counted call by call."""
     spec = oxtree.tree_structure(PREFIX)

@@ -11,8 +11,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple, PyType};
 
 use super::flatten::{self, Class, Options};
-use super::{Face, PyTreeSpec};
-use crate::errors::TreeError;
+use super::{ops, Face, PyTreeSpec};
+use crate::errors::{Invariant, TreeError};
 use crate::face::optree::{check_is_leaf, leaves_impl, list_from_vec, spec_of};
 use crate::kind::Kind;
 use crate::registry::{self, Registry, Rule};
@@ -229,17 +229,112 @@ fn broadcast<'py>(
         let full = spec_of(full.nodes, full.registrations, full.namespaced, &full_opts);
         return super::build(py, &full, out);
     }
-    let mut spread = Vec::with_capacity(pieces.len());
-    for (leaf, piece) in flat.leaves.into_iter().zip(&pieces) {
-        spread.push(
-            if piece.nodes.len() == 1 && piece.root().kind == Kind::Leaf {
-                leaf
-            } else {
-                super::build(py, piece, vec![leaf; piece.num_leaves()])?
-            },
-        );
-    }
+    let spread = flat
+        .leaves
+        .into_iter()
+        .zip(&pieces)
+        .map(|(leaf, piece)| spread_over(py, leaf, piece))
+        .collect::<PyResult<Vec<_>>>()?;
     super::build(py, &prefix, spread)
+}
+
+/// `value` repeated over the structure `piece` (itself, when `piece` is a leaf).
+fn spread_over<'py>(
+    py: Python<'py>,
+    value: Bound<'py, PyAny>,
+    piece: &PyTreeSpec,
+) -> PyResult<Bound<'py, PyAny>> {
+    if piece.nodes.len() == 1 && piece.root().kind == Kind::Leaf {
+        return Ok(value);
+    }
+    super::build(py, piece, vec![value; piece.num_leaves()])
+}
+
+/// `trees` broadcast to their common suffix structure (optree's `tree_broadcast_common`,
+/// `broadcast_common`, `tree_broadcast_map`): wherever one tree has a leaf and another a
+/// subtree, the leaf is repeated over that subtree's structure; each tree keeps its own
+/// nodes. Returns a list of the broadcast trees, or with `leaves=True` of their leaves. With
+/// `indices=True` each tree's leaves are replaced by their positions (0, 1, ...) and the
+/// result is `(broadcast trees, each tree's leaves)`: what `tree_broadcast_map` maps over.
+///
+/// >>> _broadcast_common(((1, {'a': 2}), ((3, 4), 5)))
+/// [((1, 1), {'a': 2}), ((3, 4), {'a': 5})]
+#[pyfunction]
+#[pyo3(signature = (trees, /, is_leaf = None, *, none_is_leaf = false, namespace = "", leaves = false, indices = false))]
+pub fn _broadcast_common<'py>(
+    trees: &Bound<'py, PyAny>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+    leaves: bool,
+    indices: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    check_is_leaf(is_leaf)?;
+    let py = trees.py();
+    let opts = face_opts(is_leaf, none_is_leaf, namespace, false);
+    let trees = trees.try_iter()?.collect::<PyResult<Vec<_>>>()?;
+    let flats = registry::with_registry(|reg| {
+        trees
+            .iter()
+            .map(|tree| flatten::flatten_opts::<true, true>(tree, &opts, reg))
+            .collect::<PyResult<Vec<_>>>()
+    })?;
+    let mut specs = Vec::with_capacity(flats.len());
+    let mut values = Vec::with_capacity(flats.len());
+    for flat in flats {
+        specs.push(spec_of(
+            flat.nodes,
+            flat.registrations,
+            flat.namespaced,
+            &opts,
+        ));
+        values.push(flat.leaves);
+    }
+    let Some(first) = specs.first() else {
+        return Err(TreeError::Type("broadcasting to a common suffix needs a tree".into()).into());
+    };
+    let mut folded: Option<PyTreeSpec> = None;
+    for spec in &specs[1..] {
+        folded = Some(ops::common_suffix(
+            py,
+            folded.as_ref().unwrap_or(first),
+            spec,
+        )?);
+    }
+    let common = folded.as_ref().unwrap_or(first);
+    let mut out = Vec::with_capacity(specs.len());
+    for (spec, own) in specs.iter().zip(&values) {
+        let places = ops::prefix_leaf_places(py, spec, common)?
+            .invariant("a tree's structure is a prefix of the common suffix")?;
+        let values: Vec<Bound<'py, PyAny>> = if indices {
+            (0..own.len())
+                .map(|k| Ok(k.into_pyobject(py)?.into_any()))
+                .collect::<PyResult<_>>()?
+        } else {
+            own.clone()
+        };
+        out.push(if leaves {
+            let mut flat = Vec::with_capacity(common.num_leaves());
+            for (value, &j) in values.iter().zip(&places) {
+                flat.extend(std::iter::repeat_n(value, common.nodes[j].num_leaves).cloned());
+            }
+            list_from_vec(py, flat).into_any()
+        } else {
+            let spread = values
+                .into_iter()
+                .zip(&places)
+                .map(|(value, &j)| spread_over(py, value, &common.subtree(py, j)))
+                .collect::<PyResult<Vec<_>>>()?;
+            super::build(py, spec, spread)?
+        });
+    }
+    let out = list_from_vec(py, out);
+    if !indices {
+        return Ok(out.into_any());
+    }
+    let own = values.into_iter().map(|v| list_from_vec(py, v).into_any());
+    let own = list_from_vec(py, own.collect());
+    Ok(PyTuple::new(py, [out.into_any(), own.into_any()])?.into_any())
 }
 
 /// JAX's report of a prefix that does not fit: its first prefix error (`is_leaf` unused, as
@@ -477,6 +572,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_node_kind, m)?)?;
     m.add_function(wrap_pyfunction!(_unflatten_node, m)?)?;
     m.add_function(wrap_pyfunction!(_broadcast_prefix, m)?)?;
+    m.add_function(wrap_pyfunction!(_broadcast_common, m)?)?;
     m.add_function(wrap_pyfunction!(_tree_reduce, m)?)?;
     m.add_function(wrap_pyfunction!(_tree_reduce_associative, m)?)?;
     m.add_function(wrap_pyfunction!(_tree_all, m)?)?;
