@@ -253,7 +253,8 @@ fn spread_over<'py>(
 /// `trees` broadcast to their common suffix structure (optree's `tree_broadcast_common`,
 /// `broadcast_common`, `tree_broadcast_map`): wherever one tree has a leaf and another a
 /// subtree, the leaf is repeated over that subtree's structure; each tree keeps its own
-/// nodes. Returns a list of the broadcast trees, or with `leaves=True` of their leaves. With
+/// nodes. Returns a list of the broadcast trees, or with `leaves=True` of their leaves (in
+/// the common structure's order, as optree lists them). With
 /// `indices=True` each tree's leaves are replaced by their positions (0, 1, ...) and the
 /// result is `(broadcast trees, each tree's leaves)`: what `tree_broadcast_map` maps over.
 ///
@@ -313,19 +314,21 @@ pub fn _broadcast_common<'py>(
         } else {
             own.clone()
         };
+        let spread = values
+            .into_iter()
+            .zip(&places)
+            .map(|(value, &j)| spread_over(py, value, &common.subtree(py, j)))
+            .collect::<PyResult<Vec<_>>>()?;
+        let tree = super::build(py, spec, spread)?;
         out.push(if leaves {
-            let mut flat = Vec::with_capacity(common.num_leaves());
-            for (value, &j) in values.iter().zip(&places) {
-                flat.extend(std::iter::repeat_n(value, common.nodes[j].num_leaves).cloned());
-            }
-            list_from_vec(py, flat).into_any()
+            // In the common structure's order (a mapping paired with another kind lists its
+            // values in the common structure's key order), as optree takes them.
+            let found = registry::with_registry(|reg| {
+                super::traverse::flatten_up_to(common, &tree, reg, None)
+            })?;
+            list_from_vec(py, found).into_any()
         } else {
-            let spread = values
-                .into_iter()
-                .zip(&places)
-                .map(|(value, &j)| spread_over(py, value, &common.subtree(py, j)))
-                .collect::<PyResult<Vec<_>>>()?;
-            super::build(py, spec, spread)?
+            tree
         });
     }
     let out = list_from_vec(py, out);
