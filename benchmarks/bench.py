@@ -68,6 +68,9 @@ Ops:
   ``tree.flatten_with_path(tree)``
 * ``map_with_path``  ``tree_map_with_path(lambda path, x: x, tree)`` from the same modules;
   dm-tree: ``tree.map_structure_with_path``
+* ``broadcast``  a prefix (the root's children replaced by 0, or 0 for a root that is no
+  tuple, list or dict) broadcast over the tree: optree's ``tree_broadcast_prefix``, jax's
+  ``tree_util.tree_broadcast``; n/a for dm-tree
 
 Columns ``ox/jax`` and ``ox/optree`` are oxtree's time divided by the other's time, so a
 value below 1.00 means oxtree is faster. The summary after the table is the geometric mean of
@@ -312,6 +315,7 @@ OPS: tuple[str, ...] = (
     "map2",
     "eq",
     "hash",
+    "broadcast",
     *PATH_OPS,
 )
 
@@ -610,6 +614,15 @@ def _leaf_of(path: Any, x: Any) -> Any:
     return x
 
 
+def _prefix_of(tree: Any) -> Any:
+    """A prefix of `tree` for the broadcast op: its root with every child replaced by 0."""
+    if type(tree) is dict:
+        return dict.fromkeys(tree, 0)
+    if type(tree) in (list, tuple):
+        return type(tree)(0 for _ in tree)
+    return 0
+
+
 def _optree_style_cases(mod: Any, w: Workload, op: str) -> Case | None:
     """oxtree's main package and optree share one API. Path ops here are optree's (raw
     paths); the oxtree adapter never sends them here."""
@@ -683,6 +696,12 @@ def _optree_style_cases(mod: Any, w: Workload, op: str) -> Case | None:
             {"f": mod.tree_map_with_path, "g": _leaf_of, "t": tree, "ns": w.namespace},
             w.is_tree_like_input,
         )
+    if op == "broadcast":
+        return Case(
+            stmt("p, t"),
+            {"f": mod.tree_broadcast_prefix, "p": _prefix_of(tree), "t": tree, "ns": w.namespace},
+            lambda r: len(mod.tree_leaves(r, **ns_kw)) == len(expected),
+        )
     raise ValueError(op)
 
 
@@ -743,6 +762,12 @@ def _jax_style_cases(tu: Any, w: Workload, op: str) -> Case | None:
             {"f": tu.tree_map_with_path, "g": _leaf_of, "t": tree},
             w.is_tree_like_input,
         )
+    if op == "broadcast":
+        return Case(
+            "f(p, t)",
+            {"f": tu.tree_broadcast, "p": _prefix_of(tree), "t": tree},
+            lambda r: len(tu.tree_leaves(r)) == len(expected),
+        )
     raise ValueError(op)
 
 
@@ -779,7 +804,7 @@ def _dmtree_cases(mod: Any, w: Workload, op: str, face: str) -> Case | None:
             {"f": mod.map_structure, "g": _first, "t": tree, "u": w.other},
             like_input,
         )
-    if op in ("structure", "eq", "hash"):
+    if op in ("structure", "eq", "hash", "broadcast"):
         return None
     if op == "flatten_with_path":
         if not hasattr(mod, "flatten_with_path"):

@@ -63,6 +63,14 @@ __all__ = [
     "_flatten_one_level",
     "PrefixError",
     "_prefix_errors",
+    "_node_kind",
+    "_unflatten_node",
+    "_broadcast_prefix",
+    "_broadcast_common",
+    "_tree_reduce",
+    "_tree_reduce_associative",
+    "_tree_all",
+    "_tree_transpose",
 ]
 
 MAX_RECURSION_DEPTH: Final[int]
@@ -256,7 +264,7 @@ def is_dict_insertion_ordered(
 ) -> bool: ...
 def set_dict_insertion_ordered(mode: bool, /, namespace: str = "") -> None: ...
 def _tuple_kind(cls: object) -> PyTreeKind: ...
-def _tuple_fields(cls: type) -> list[str]: ...
+def _tuple_fields(cls: type, /, *, unnamed: bool = False) -> list[str | None]: ...
 
 @final
 class SequenceKey:
@@ -397,6 +405,72 @@ def _prefix_errors(
     namespace: str = "",
     jax: bool = False,
 ) -> list[PrefixError]: ...
+
+# The tree algebra both faces share (`jax=True`: JAX's flatten rules and texts).
+def _node_kind(
+    cls: object, /, *, none_is_leaf: bool = False, namespace: str = "", jax: bool = False
+) -> PyTreeKind: ...
+def _unflatten_node(treespec: PyTreeSpec, metadata: Any, children: Iterable[Any], /) -> Any: ...
+def _broadcast_prefix(
+    prefix_tree: Any,
+    full_tree: Any,
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+    jax: bool = False,
+    leaves: bool = False,
+) -> Any: ...
+def _broadcast_common(
+    trees: Iterable[Any],
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+    leaves: bool = False,
+    indices: bool = False,
+) -> Any: ...
+def _tree_reduce(
+    func: Callable[[Any, Any], Any],
+    tree: Any,
+    /,
+    *initial: Any,
+    is_leaf: Callable[[Any], bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+    jax: bool = False,
+) -> Any: ...
+def _tree_reduce_associative(
+    operation: Callable[[Any, Any], Any],
+    tree: Any,
+    /,
+    *identity: Any,
+    is_leaf: Callable[[Any], bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+    jax: bool = False,
+) -> Any: ...
+def _tree_all(
+    tree: Any,
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+    jax: bool = False,
+    any: bool = False,
+) -> bool: ...
+def _tree_transpose(
+    outer_treespec: PyTreeSpec,
+    inner_treespec: PyTreeSpec | None,
+    tree: Any,
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    jax: bool = False,
+) -> Any: ...
 
 # Graphs: shared and cyclic references.
 @final

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from oxtree import _core
-from oxtree._core import PyTreeKind, PyTreeSpec
+from oxtree._core import PyTreeKind, PyTreeSpec, _tuple_fields
 from oxtree.types import is_namedtuple_class, is_structseq_class
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
@@ -229,17 +229,8 @@ class StructSequenceEntry(SequenceEntry):
 
 
 def _structseq_field_names(cls: Any) -> list[str | None]:
-    """One name (or None) per visible field of a struct sequence class."""
-    n = cls.n_sequence_fields
-    named = list(cls.__match_args__)
-    try:
-        probe = cls(range(n))
-    except TypeError:  # not instantiable (sys.flags): the named fields come first
-        return [*named, *[None] * (n - len(named))]
-    names: list[str | None] = [None] * n
-    for name in named:
-        names[getattr(probe, name)] = name
-    return names
+    """One name (or None) per visible field of a struct sequence class (the core's names)."""
+    return _tuple_fields(cls, unnamed=True)
 
 
 class GetAttrEntry(PyTreeEntry):
@@ -567,11 +558,7 @@ def _child_position(spec: PyTreeSpec, keys: list[Any], node: Any, step: Any) -> 
     entries = spec.entries()
     kind = spec.kind
     if kind in (PyTreeKind.NAMEDTUPLE, PyTreeKind.STRUCTSEQUENCE) and isinstance(raw, str):
-        names = (
-            list(type(node)._fields)
-            if kind == PyTreeKind.NAMEDTUPLE
-            else _structseq_field_names(type(node))
-        )
+        names = _tuple_fields(type(node), unnamed=True)
         return names.index(raw) if raw in names else None
     for i, (e, k) in enumerate(zip(entries, keys, strict=False)):
         if k == step or (type(e) is type(raw) and e == raw) or _raw_entry(k) == raw:

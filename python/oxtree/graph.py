@@ -35,12 +35,12 @@ from oxtree._core import (
     GetAttrKey,
     GraphDef,
     PyTreeKind,
+    _node_kind,
     _rebuild_graphdef,
     _rebuild_treespec,
     graph_flatten,
     graph_unflatten,
     keystr,
-    registered_types,
 )
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
@@ -153,28 +153,11 @@ def graph_to_dict(
     return out
 
 
-def _kind_of(ty: type, registered: frozenset[type]) -> int:
-    """The PyTreeKind number a container class rebuilds as (a registration comes first)."""
-    import collections
-
-    if ty in registered:
-        return int(PyTreeKind.CUSTOM)
-    builtin = {
-        tuple: PyTreeKind.TUPLE,
-        list: PyTreeKind.LIST,
-        dict: PyTreeKind.DICT,
-        collections.OrderedDict: PyTreeKind.ORDEREDDICT,
-        collections.defaultdict: PyTreeKind.DEFAULTDICT,
-        collections.deque: PyTreeKind.DEQUE,
-    }
-    if ty in builtin:
-        return int(builtin[ty])
-    if isinstance(ty, type) and issubclass(ty, tuple):
-        if hasattr(ty, "_fields"):
-            return int(PyTreeKind.NAMEDTUPLE)
-        if hasattr(ty, "n_sequence_fields"):
-            return int(PyTreeKind.STRUCTSEQUENCE)
-    return int(PyTreeKind.CUSTOM)
+def _kind_of(ty: type, namespace: str) -> int:
+    """The PyTreeKind number a container class rebuilds as: the walk's own answer (a class
+    that is no node is taken for a registered one, for the rebuild to report)."""
+    kind = _node_kind(ty, namespace=namespace)
+    return int(PyTreeKind.CUSTOM if kind is PyTreeKind.LEAF else kind)
 
 
 def graph_from_dict(
@@ -219,7 +202,6 @@ def graph_from_dict(
                 f"{GraphPath((*parent, _CLASS))} entry"
             )
 
-    registered = frozenset(registered_types(namespace=namespace))
     nodes: list[tuple[Any, ...]] = []
     position: dict[tuple[Any, ...], int] = {}
     leaves: list[Any] = []
@@ -248,7 +230,7 @@ def graph_from_dict(
             tasks.extend((k, False) for k in reversed(kids))
             continue
         position[path] = len(nodes)
-        nodes.append(_node_state(path, classes[path], data.get(path), kids, registered))
+        nodes.append(_node_state(path, classes[path], data.get(path), kids, namespace))
     state = (_STATE_VERSION, none_is_leaf, namespace, tuple(nodes), "optree")
     skeleton = _rebuild_treespec(state)
     ref_pairs = []
@@ -283,12 +265,12 @@ def _node_state(
     ty: type,
     data: Any,
     kids: list[tuple[Any, ...]],
-    registered: frozenset[type],
+    namespace: str,
 ) -> tuple[Any, ...]:
     """One node of a treespec pickle state: (kind, arity, data, keys, insertion, type, entries)."""
     arity = len(kids)
     keys = tuple(getattr(k[-1], "key", None) for k in kids)
-    kind = _kind_of(ty, registered)
+    kind = _kind_of(ty, namespace)
     if kind in (int(PyTreeKind.DICT), int(PyTreeKind.DEFAULTDICT)):
         ordered = data[1] if kind == int(PyTreeKind.DEFAULTDICT) else data
         insertion = None

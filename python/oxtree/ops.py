@@ -1,8 +1,9 @@
 """The tree algebra: prefix broadcasting, transposition, reductions, partition and friends.
 
-Everything here is written in Python on top of the Rust core (flatten, unflatten and the
-treespec methods), with optree's signatures and semantics plus JAX's extras
-(``inner_treespec=None`` in :func:`tree_transpose`, :func:`tree_reduce_associative`).
+optree's signatures and semantics plus JAX's extras (``inner_treespec=None`` in
+:func:`tree_transpose`, :func:`tree_reduce_associative`). The operations the JAX face offers
+too (broadcasting a prefix, transposing, the reductions) are one core function each, which
+both faces call with their own options; the rest is written on the core's walks.
 
 >>> tree_broadcast_prefix((None, 0), (1, {'k1': 2, 'k2': 3}), none_is_leaf=True)
 (None, {'k1': 0, 'k2': 0})
@@ -25,7 +26,13 @@ from oxtree._core import (
     PyTreeKind,
     PyTreeSpec,
     SequenceKey,
-    _rebuild_treespec,
+    _broadcast_common,
+    _broadcast_prefix,
+    _tree_all,
+    _tree_reduce,
+    _tree_reduce_associative,
+    _tree_transpose,
+    _unflatten_node,
     keystr,
     tree_flatten,
     tree_leaves,
@@ -87,18 +94,6 @@ class _Missing:
 
 
 MISSING: Any = _Missing()
-
-
-class _Hole:
-    """A placeholder leaf in the skeleton trees built while broadcasting (never returned)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "*"
-
-
-_HOLE = _Hole()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -167,40 +162,6 @@ def _zip_walk(root: Any, expand: Callable[[Any], tuple[bool, Any, Any]]) -> Any:
 # Prefix trees and broadcasting.
 
 
-def _broadcast_pieces(
-    prefix_spec: PyTreeSpec,
-    full_tree: Any,
-    is_leaf: Callable[[Any], bool] | None,
-    none_is_leaf: bool,
-    namespace: str,
-) -> list[PyTreeSpec | None]:
-    """For each leaf of ``prefix_spec``, the structure of the subtree of ``full_tree`` under it
-    (None where that subtree is a placeholder leaf of a skeleton)."""
-    pieces: list[PyTreeSpec | None] = []
-    for subtree in prefix_spec.flatten_up_to(full_tree):
-        if subtree is _HOLE:
-            pieces.append(None)
-        else:
-            pieces.append(
-                tree_structure(subtree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
-            )
-    return pieces
-
-
-def _spread(value: Any, piece: PyTreeSpec | None) -> Any:
-    return value if piece is None else piece.unflatten([value] * piece.num_leaves)
-
-
-def _repeat_leaves(leaves: list[Any], pieces: list[PyTreeSpec | None]) -> list[Any]:
-    out: list[Any] = []
-    for value, piece in zip(leaves, pieces, strict=True):
-        if piece is None:
-            out.append(value)
-        else:
-            out.extend([value] * piece.num_leaves)
-    return out
-
-
 def tree_broadcast_prefix(
     prefix_tree: Any,
     full_tree: Any,
@@ -221,11 +182,9 @@ def tree_broadcast_prefix(
     >>> tree_broadcast_prefix(7, [1, (2, None)])
     [7, (7, None)]
     """
-    leaves, spec = tree_flatten(
-        prefix_tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+    return _broadcast_prefix(
+        prefix_tree, full_tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
     )
-    pieces = _broadcast_pieces(spec, full_tree, is_leaf, none_is_leaf, namespace)
-    return spec.unflatten(map(_spread, leaves, pieces))
 
 
 def broadcast_prefix(
@@ -242,35 +201,9 @@ def broadcast_prefix(
     >>> broadcast_prefix((1, 2), ([3, 4], {'a': 5}))
     [1, 1, 2]
     """
-    leaves, spec = tree_flatten(
-        prefix_tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+    return _broadcast_prefix(
+        prefix_tree, full_tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace, leaves=True
     )
-    pieces = _broadcast_pieces(spec, full_tree, is_leaf, none_is_leaf, namespace)
-    return _repeat_leaves(leaves, pieces)
-
-
-def _common_suffix(first: PyTreeSpec, second: PyTreeSpec) -> PyTreeSpec:
-    """The smallest structure both treespecs are prefixes of."""
-    return first.broadcast_to_common_suffix(second)
-
-
-def _broadcast_all(
-    trees: tuple[Any, ...],
-    is_leaf: Callable[[Any], bool] | None,
-    none_is_leaf: bool,
-    namespace: str,
-) -> list[tuple[PyTreeSpec, list[Any], list[PyTreeSpec | None]]]:
-    """For each tree: its treespec, its leaves and the structure to spread each leaf over."""
-    flat = [
-        tree_flatten(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
-        for tree in trees
-    ]
-    common = functools.reduce(_common_suffix, [spec for _, spec in flat])
-    skeleton = common.unflatten([_HOLE] * common.num_leaves)
-    return [
-        (spec, leaves, _broadcast_pieces(spec, skeleton, None, none_is_leaf, namespace))
-        for leaves, spec in flat
-    ]
 
 
 def tree_broadcast_common(
@@ -290,13 +223,10 @@ def tree_broadcast_common(
     >>> tree_broadcast_common((1, {'a': 2}), ((3, 4), 5))
     (((1, 1), {'a': 2}), ((3, 4), {'a': 5}))
     """
-    results = [
-        spec.unflatten(map(_spread, leaves, pieces))
-        for spec, leaves, pieces in _broadcast_all(
-            (tree, other_tree), is_leaf, none_is_leaf, namespace
-        )
-    ]
-    return results[0], results[1]
+    first, second = _broadcast_common(
+        (tree, other_tree), is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+    )
+    return first, second
 
 
 def broadcast_common(
@@ -313,29 +243,10 @@ def broadcast_common(
     >>> broadcast_common((1, {'a': 2}), ((3, 4), 5))
     ([1, 1, 2], [3, 4, 5])
     """
-    results = [
-        _repeat_leaves(leaves, pieces)
-        for _, leaves, pieces in _broadcast_all(
-            (tree, other_tree), is_leaf, none_is_leaf, namespace
-        )
-    ]
-    return results[0], results[1]
-
-
-def _broadcast_index_trees(
-    trees: tuple[Any, ...],
-    is_leaf: Callable[[Any], bool] | None,
-    none_is_leaf: bool,
-    namespace: str,
-) -> tuple[list[list[Any]], list[Any]]:
-    """Each tree broadcast to the common suffix with the *index* of its leaf at every leaf
-    position (ints are leaves whatever ``is_leaf`` says), plus each tree's leaves."""
-    values: list[list[Any]] = []
-    index_trees: list[Any] = []
-    for spec, leaves, pieces in _broadcast_all(trees, is_leaf, none_is_leaf, namespace):
-        values.append(leaves)
-        index_trees.append(spec.unflatten(map(_spread, range(len(leaves)), pieces)))
-    return values, index_trees
+    first, second = _broadcast_common(
+        (tree, other_tree), is_leaf, none_is_leaf=none_is_leaf, namespace=namespace, leaves=True
+    )
+    return first, second
 
 
 def tree_broadcast_map(
@@ -385,7 +296,11 @@ def _broadcast_map(
 ) -> Any:
     """`mapper` (tree_map or a variant that passes `leading` extra arguments first: a path, an
     accessor) of `func` over `trees` broadcast to their common suffix structure."""
-    values, index_trees = _broadcast_index_trees(trees, is_leaf, none_is_leaf, namespace)
+    # Each tree broadcast with the position of its leaf at every leaf (ints are leaves,
+    # whatever `is_leaf` says), and each tree's leaves.
+    index_trees, values = _broadcast_common(
+        trees, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace, indices=True
+    )
 
     def call(*args: Any) -> Any:
         indices = args[leading:]
@@ -481,41 +396,7 @@ def tree_transpose(
     >>> tree_transpose(outer, None, [(1, 2), (3, 4)])
     ([1, 3], [2, 4])
     """
-    none_is_leaf = outer_treespec.none_is_leaf
-    if inner_treespec is None:
-        if outer_treespec.num_leaves == 0:
-            raise ValueError(
-                "Tree structures must have at least one leaf. Cannot infer the inner "
-                f"structure under an outer structure with no leaves: {outer_treespec}."
-            )
-        inner_treespec = tree_structure(
-            outer_treespec.flatten_up_to(tree)[0],
-            is_leaf,
-            none_is_leaf=none_is_leaf,
-            namespace=outer_treespec.namespace,
-        )
-    if inner_treespec.none_is_leaf != none_is_leaf:
-        raise ValueError("Tree structures must have the same none_is_leaf value.")
-    outer_size, inner_size = outer_treespec.num_leaves, inner_treespec.num_leaves
-    if outer_size == 0 or inner_size == 0:
-        raise ValueError(
-            f"Tree structures must have at least one leaf. Got outer {outer_treespec} "
-            f"and inner {inner_treespec}."
-        )
-    leaves, spec = tree_flatten(
-        tree,
-        is_leaf,
-        none_is_leaf=none_is_leaf,
-        namespace=outer_treespec.namespace or inner_treespec.namespace,
-    )
-    if len(leaves) != outer_size * inner_size:
-        raise TypeError(
-            f"Tree structure mismatch; expected: {outer_treespec.compose(inner_treespec)}, "
-            f"got: {spec}."
-        )
-    return inner_treespec.unflatten(
-        outer_treespec.unflatten(leaves[column::inner_size]) for column in range(inner_size)
-    )
+    return _tree_transpose(outer_treespec, inner_treespec, tree, is_leaf)
 
 
 def _transpose_outputs(
@@ -651,18 +532,10 @@ def tree_reduce(
     >>> tree_reduce(lambda a, b: a + b, (), 'start')
     'start'
     """
-    leaves = tree_leaves(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
-    if initial is MISSING:
-        return functools.reduce(func, leaves)
-    return functools.reduce(func, leaves, initial)
-
-
-def _pairwise(operation: Callable[[Any, Any], Any], values: list[Any]) -> Any:
-    """Reduce a non-empty list as a balanced tree: the left half, then the right half."""
-    if len(values) == 1:
-        return values[0]
-    middle = len(values) // 2
-    return operation(_pairwise(operation, values[:middle]), _pairwise(operation, values[middle:]))
+    initials = () if initial is MISSING else (initial,)
+    return _tree_reduce(
+        func, tree, *initials, is_leaf=is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+    )
 
 
 def tree_reduce_associative(
@@ -682,12 +555,8 @@ def tree_reduce_associative(
     >>> tree_reduce_associative(lambda a, b: a + b, {}, identity=0)
     0
     """
-    leaves = tree_leaves(tree, is_leaf)
-    if not leaves:
-        if identity is MISSING:
-            raise TypeError("Must specify identity for parallel reduction of empty sequence.")
-        return identity
-    return _pairwise(operation, leaves)
+    identities = () if identity is MISSING else (identity,)
+    return _tree_reduce_associative(operation, tree, *identities, is_leaf=is_leaf)
 
 
 def tree_sum(
@@ -768,7 +637,7 @@ def tree_all(
     >>> tree_all([1, (True, None)]), tree_all({'a': 0}), tree_all([])
     (True, False, True)
     """
-    return all(tree_leaves(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace))
+    return _tree_all(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
 
 
 def tree_any(
@@ -784,7 +653,7 @@ def tree_any(
     >>> tree_any([0, (False, None)]), tree_any({'a': 0, 'b': 'x'}), tree_any([])
     (False, True, False)
     """
-    return any(tree_leaves(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace))
+    return _tree_all(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace, any=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -966,35 +835,6 @@ _UNFLATTEN_BY_KIND: dict[PyTreeKind, Callable[[Any, list[Any]], Any]] = {
 }
 
 
-def _custom_unflatten(node: PyTreeSpec) -> Callable[[Any, list[Any]], Any]:
-    """An unflatten function for a custom node, rebuilding through its one-level treespec."""
-    original = node.node_data()
-
-    def unflatten(metadata: Any, children: list[Any]) -> Any:
-        if metadata is original:
-            return node.unflatten(children)
-        # The core has no public way to fetch a type's registered unflatten function: swap the
-        # node data in the treespec's pickled state instead (nodes in post-order, so the root is
-        # the last node, and a node is `(kind, arity, node_data, ...)`).
-        rebuild, (state,) = node.__reduce__()
-        if rebuild is _rebuild_treespec:
-            for index, part in enumerate(state):
-                if (
-                    isinstance(part, tuple)
-                    and part
-                    and isinstance(part[-1], tuple)
-                    and len(part[-1]) > 2
-                    and part[-1][0] == PyTreeKind.CUSTOM
-                    and part[-1][2] is original
-                ):
-                    root = (*part[-1][:2], metadata, *part[-1][3:])
-                    new_state = (*state[:index], (*part[:-1], root), *state[index + 1 :])
-                    return _rebuild_treespec(new_state).unflatten(children)
-        raise TypeError(f"cannot rebuild a {_type_name(node.type)} node with different metadata")
-
-    return unflatten
-
-
 def tree_flatten_one_level(
     tree: Any,
     /,
@@ -1025,7 +865,8 @@ def tree_flatten_one_level(
     elif kind == PyTreeKind.DEFAULTDICT:
         factory, keys = metadata
         metadata = (factory, DictMetaData(keys, original_keys=tree))
-    unflatten = _UNFLATTEN_BY_KIND.get(kind) or _custom_unflatten(node)
+    # A registered node is rebuilt through its registration, from any metadata.
+    unflatten = _UNFLATTEN_BY_KIND.get(kind) or functools.partial(_unflatten_node, node)
     out = FlattenOneLevelOutputEx(children, metadata, tuple(spec.entries()), unflatten)
     out.type = spec.type
     out.kind = PyTreeKind(kind)

@@ -15,8 +15,6 @@ the main ``oxtree`` package: a type registered through either is a node in both.
 
 from __future__ import annotations
 
-import collections
-import functools
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -25,11 +23,11 @@ from oxtree._core import (
     DictKey,
     FlattenedIndexKey,
     GetAttrKey,
+    PyTreeKind,
     PyTreeSpec,
     SequenceKey,
     _register_dataclass_fields,
     keystr,
-    registered_types,
 )
 from oxtree._core import register_pytree_node as _register_node
 from oxtree._core import register_static as _register_static
@@ -275,7 +273,7 @@ def tree_all(tree: Any, *, is_leaf: Callable[[Any], bool] | None = None) -> bool
     >>> tree_all([True, {'a': 1}]), tree_all([True, 0])
     (True, False)
     """
-    return all(tree_leaves(tree, is_leaf))
+    return _core._tree_all(tree, is_leaf, jax=True)
 
 
 def tree_reduce(
@@ -289,9 +287,8 @@ def tree_reduce(
     >>> tree_reduce(lambda a, b: a + b, [1, (2, 3)])
     6
     """
-    if initializer is _UNSPECIFIED:
-        return functools.reduce(function, tree_leaves(tree, is_leaf))
-    return functools.reduce(function, tree_leaves(tree, is_leaf), initializer)
+    initials = () if initializer is _UNSPECIFIED else (initializer,)
+    return _core._tree_reduce(function, tree, *initials, is_leaf=is_leaf, jax=True)
 
 
 def tree_reduce_associative(
@@ -306,20 +303,8 @@ def tree_reduce_associative(
     >>> tree_reduce_associative(lambda a, b: a + b, [1, 2, 3, 4])
     10
     """
-    items = tree_leaves(tree, is_leaf)
-    if not items:
-        if identity is _UNSPECIFIED:
-            raise TypeError("Must specify identity for parallel reduction of empty tree")
-        return identity
-
-    # Halves, recursively, as JAX pairs them (depth log2 of the leaf count).
-    def reduce(lo: int, hi: int) -> Any:
-        if hi - lo == 1:
-            return items[lo]
-        mid = lo + (hi - lo) // 2
-        return operation(reduce(lo, mid), reduce(mid, hi))
-
-    return reduce(0, len(items))
+    identities = () if identity is _UNSPECIFIED else (identity,)
+    return _core._tree_reduce_associative(operation, tree, *identities, is_leaf=is_leaf, jax=True)
 
 
 def tree_transpose(
@@ -330,16 +315,7 @@ def tree_transpose(
     >>> tree_transpose(tree_structure([0, 0]), None, [(1, 2), (3, 4)])
     ([1, 3], [2, 4])
     """
-    flat, treedef = tree_flatten(pytree_to_transpose)
-    if inner_treedef is None:
-        inner_treedef = tree_structure(outer_treedef.flatten_up_to(pytree_to_transpose)[0])
-    inner_size, outer_size = inner_treedef.num_leaves, outer_treedef.num_leaves
-    if treedef.num_leaves != inner_size * outer_size:
-        expected = outer_treedef.compose(inner_treedef)
-        raise TypeError(f"Mismatch\n{treedef}\n != \n{expected}")
-    rows = [flat[i * inner_size : (i + 1) * inner_size] for i in range(outer_size)]
-    columns = [outer_treedef.unflatten(col) for col in zip(*rows, strict=True)]
-    return inner_treedef.unflatten(columns)
+    return _core._tree_transpose(outer_treedef, inner_treedef, pytree_to_transpose, jax=True)
 
 
 def tree_broadcast(
@@ -352,17 +328,7 @@ def tree_broadcast(
     >>> tree_broadcast((None, 0), (None, {'k1': 1, 'k2': 2}))
     (None, {'k1': 0, 'k2': 0})
     """
-    prefix_leaves, prefix_def = tree_flatten(prefix_tree, is_leaf)
-    full_def = tree_structure(full_tree)
-    if not prefix_def <= full_def:
-        # JAX's report: its first prefix error, naming the prefix `broadcast_prefix prefix_tree`.
-        errors = prefix_errors(prefix_tree, full_tree)
-        if errors:
-            raise errors[0]("broadcast_prefix prefix_tree") from None
-        # The walk against the full tree names where the two differ.
-        prefix_def.flatten_up_to(full_tree)
-    leaves = broadcast_flattened_prefix_with_treedef(prefix_leaves, prefix_def, full_def)
-    return full_def.unflatten(leaves)
+    return _core._broadcast_prefix(prefix_tree, full_tree, is_leaf, jax=True)
 
 
 def prefix_errors(
@@ -435,8 +401,7 @@ def is_tree_node(typ: type) -> bool:
     >>> is_tree_node(list), is_tree_node(int)
     (True, False)
     """
-    builtin = (tuple, list, dict, type(None), collections.OrderedDict, collections.defaultdict)
-    return typ in builtin or is_namedtuple_class(typ) or typ in registered_types()
+    return _core._node_kind(typ, jax=True) is not PyTreeKind.LEAF
 
 
 class PyTreeRegistry:

@@ -70,6 +70,14 @@ mod _core {
     #[pymodule_export]
     use crate::treespec::prefix::{_prefix_errors, PrefixError};
 
+    // The tree algebra both faces share: broadcasting, reductions, transpose, a type's node
+    // kind and rebuilding one registered node.
+    #[pymodule_export]
+    use crate::treespec::algebra::{
+        _broadcast_common, _broadcast_prefix, _node_kind, _tree_all, _tree_reduce,
+        _tree_reduce_associative, _tree_transpose, _unflatten_node,
+    };
+
     #[pymodule_export]
     const MAX_RECURSION_DEPTH: usize = crate::treespec::MAX_DEPTH;
     #[pymodule_export]

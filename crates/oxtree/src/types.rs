@@ -580,10 +580,15 @@ pub fn _tuple_kind<'py>(cls: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> 
     kind.to_py(cls.py())
 }
 
-/// The field names of a namedtuple or struct sequence class, one per child, as the walk
-/// names them (a struct sequence's unnamed fields are left out).
+/// The field names of a namedtuple or struct sequence class, as the walk names them: a
+/// struct sequence's unnamed fields are left out, or with `unnamed=True` kept as None (one
+/// item per child, as key paths and accessors need them).
 #[pyo3::pyfunction]
-pub fn _tuple_fields<'py>(cls: &Bound<'py, PyType>) -> PyResult<Vec<String>> {
+#[pyo3(signature = (cls, /, *, unnamed = false))]
+pub fn _tuple_fields<'py>(
+    cls: &Bound<'py, PyType>,
+    unnamed: bool,
+) -> PyResult<Vec<Option<String>>> {
     let kind = tuple_subclass_kind(cls);
     if kind == Kind::Leaf {
         return Err(pyo3::exceptions::PyTypeError::new_err(format!(
@@ -591,8 +596,10 @@ pub fn _tuple_fields<'py>(cls: &Bound<'py, PyType>) -> PyResult<Vec<String>> {
             cls.repr()?
         )));
     }
-    Ok(field_names(cls.as_any(), kind)?
-        .into_iter()
-        .flatten()
-        .collect())
+    let names = field_names(cls.as_any(), kind)?;
+    Ok(if unnamed {
+        names
+    } else {
+        names.into_iter().filter(Option::is_some).collect()
+    })
 }

@@ -7,7 +7,6 @@ use pyo3::types::{PyList, PyTuple};
 
 use crate::errors::Invariant;
 use crate::errors::TreeError;
-use crate::kind::Kind;
 use crate::treespec::flatten::Options;
 use crate::treespec::keys::KeyStyle;
 use crate::treespec::{ops, Face, PyTreeSpec};
@@ -207,32 +206,14 @@ pub fn broadcast_flattened_prefix_with_treedef<'py>(
         ))
         .into());
     }
-    if !ops::is_prefix(py, prefix, full, false)? {
+    let Some(places) = ops::prefix_leaf_places(py, prefix, full)? else {
         return Err(
             TreeError::Value("`prefix_treedef` is not a prefix of `full_treedef`".into()).into(),
         );
-    }
-    // The two treedefs agree node for node down to the prefix's leaves (checked above):
-    // pair them, and note how many full leaves lie under each prefix leaf.
-    let mut counts = Vec::with_capacity(leaves.len());
-    let mut pairs = vec![(prefix.nodes.len() - 1, full.nodes.len() - 1)];
-    while let Some((i, j)) = pairs.pop() {
-        if prefix.nodes[i].kind == Kind::Leaf {
-            counts.push((i, full.nodes[j].num_leaves));
-        } else {
-            pairs.extend(
-                prefix
-                    .child_indices(i)
-                    .into_iter()
-                    .zip(full.child_indices(j)),
-            );
-        }
-    }
-    // Post-order numbers a treedef's leaves left to right.
-    counts.sort_unstable();
+    };
     let mut out = Vec::with_capacity(full.num_leaves());
-    for (leaf, (_, n)) in leaves.iter().zip(counts) {
-        out.extend(std::iter::repeat_n(leaf, n));
+    for (leaf, j) in leaves.iter().zip(places) {
+        out.extend(std::iter::repeat_n(leaf, full.nodes[j].num_leaves));
     }
     PyList::new(py, out)
 }

@@ -186,7 +186,62 @@ pub fn classify_other<'a>(
     namespace: &str,
     face: Face,
 ) -> Class<'a> {
-    let ty = obj.get_type_ptr();
+    classify_other_type(
+        obj.py(),
+        obj.get_type_ptr(),
+        || obj.get_type(),
+        registry,
+        namespace,
+        face,
+    )
+}
+
+/// What instances of `ty` are to a walk under these options: the walk's own dispatch, for a
+/// type rather than an object (`oxtree._core._node_kind`).
+pub fn classify_type<'a>(
+    ty: &Bound<'_, pyo3::types::PyType>,
+    none_is_leaf: bool,
+    registry: &'a Registry,
+    namespace: &str,
+    face: Face,
+) -> Class<'a> {
+    let py = ty.py();
+    if ty.is(py.get_type::<PyTuple>()) {
+        Class::Node(Kind::Tuple)
+    } else if ty.is(py.get_type::<PyList>()) {
+        Class::Node(Kind::List)
+    } else if ty.is(py.get_type::<PyDict>()) {
+        Class::Node(Kind::Dict)
+    } else if ty.is(py.None().bind(py).get_type()) {
+        if none_is_leaf {
+            Class::Leaf
+        } else {
+            Class::NoneNode
+        }
+    } else {
+        classify_other_type(
+            py,
+            ty.as_type_ptr(),
+            || ty.clone(),
+            registry,
+            namespace,
+            face,
+        )
+    }
+}
+
+/// `classify_other` for the type `ty` of an object `obj` (or of any instance, for
+/// `classify_type`); `bound` makes it a Python object, only for tuple subclasses: the walk's
+/// path takes no reference otherwise.
+#[inline(always)]
+fn classify_other_type<'a, 'py>(
+    py: Python<'py>,
+    ty: *mut ffi::PyTypeObject,
+    bound: impl FnOnce() -> Bound<'py, pyo3::types::PyType>,
+    registry: &'a Registry,
+    namespace: &str,
+    face: Face,
+) -> Class<'a> {
     if registry.scalar_leaf(ty) {
         return Class::Leaf;
     }
@@ -198,7 +253,7 @@ pub fn classify_other<'a>(
     // SAFETY: `ty` is the live type of `obj`; reading `tp_flags` has no side effects.
     let flags = unsafe { (*ty).tp_flags };
     if flags & ffi::Py_TPFLAGS_TUPLE_SUBCLASS != 0 {
-        let kind = types::tuple_subclass_kind(&obj.get_type());
+        let kind = types::tuple_subclass_kind(&bound());
         // JAX treats struct sequences as leaves.
         return if kind == Kind::Leaf || (kind == Kind::StructSeq && face == Face::Jax) {
             Class::Leaf
@@ -206,7 +261,6 @@ pub fn classify_other<'a>(
             Class::Node(kind)
         };
     }
-    let py = obj.py();
     let c = types::collections(py);
     if flags & ffi::Py_TPFLAGS_DICT_SUBCLASS != 0 {
         if ty == c.ordered_dict.as_ptr().cast() {

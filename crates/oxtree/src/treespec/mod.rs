@@ -4,6 +4,7 @@
 //! slice `[i + 1 - num_nodes, i]`, unflatten a single loop over a value stack, and equality
 //! and hashing linear scans.
 
+pub mod algebra;
 mod compare;
 mod custom;
 mod dict_template;

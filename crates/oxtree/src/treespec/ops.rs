@@ -205,19 +205,32 @@ fn spec_mismatch(py: Python<'_>, x: &Node, y: &Node) -> PyResult<SpecMismatch> {
 
 /// Whether `a` is a prefix of `b`: `b` is `a` with some leaves replaced by subtrees.
 pub fn is_prefix(py: Python<'_>, a: &PyTreeSpec, b: &PyTreeSpec, strict: bool) -> PyResult<bool> {
+    Ok(match prefix_leaf_places(py, a, b)? {
+        None => false,
+        Some(places) => !strict || places.iter().any(|&j| b.nodes[j].kind != Kind::Leaf),
+    })
+}
+
+/// When `a` is a prefix of `b`, the index in `b` of the node at the place of each leaf of
+/// `a`, left to right (the root of the subtree of `b` that leaf stands for); None otherwise.
+pub fn prefix_leaf_places(
+    py: Python<'_>,
+    a: &PyTreeSpec,
+    b: &PyTreeSpec,
+) -> PyResult<Option<Vec<usize>>> {
     if a.none_is_leaf != b.none_is_leaf || a.face != b.face {
-        return Ok(false);
+        return Ok(None);
     }
     let mut pairs = vec![(a.nodes.len() - 1, b.nodes.len() - 1)];
-    let mut proper = false;
+    let mut places = Vec::with_capacity(a.num_leaves());
     while let Some((i, j)) = pairs.pop() {
         let (x, y) = (&a.nodes[i], &b.nodes[j]);
         if x.kind == Kind::Leaf {
-            proper |= y.kind != Kind::Leaf;
+            places.push((i, j));
             continue;
         }
         let Some(order) = matching_children(py, a.face, x, y)? else {
-            return Ok(false);
+            return Ok(None);
         };
         let theirs = b.child_indices(j);
         pairs.extend(
@@ -226,7 +239,9 @@ pub fn is_prefix(py: Python<'_>, a: &PyTreeSpec, b: &PyTreeSpec, strict: bool) -
                 .zip(order.into_iter().map(|k| theirs[k])),
         );
     }
-    Ok(!strict || proper)
+    // Post-order numbers a treespec's leaves left to right.
+    places.sort_unstable();
+    Ok(Some(places.into_iter().map(|(_, j)| j).collect()))
 }
 
 /// The treespec both `a` and `b` are prefixes of, the smallest such: where one has a leaf,
