@@ -161,6 +161,7 @@ _SUBMODULES = frozenset(
         "pretty",
         "pytree",
         "registry",
+        "rngs",
         "serialization",
         "tree",
         "tree_util",
@@ -414,3 +415,10 @@ if TYPE_CHECKING:
     __all__ += _module.__all__
 else:
     __all__ += _lazy("module", "Kind Module Parameter State")
+# -- random-number streams --
+if TYPE_CHECKING:
+    from oxtree.rngs import Rngs, RngStream
+
+    __all__ += ["RngStream", "Rngs"]
+else:
+    __all__ += _lazy("rngs", "RngStream Rngs")
