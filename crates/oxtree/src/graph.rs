@@ -24,8 +24,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use pyo3::PyTraverseError;
 
-use crate::face::optree as api;
 use crate::errors::{type_name, TreeError};
+use crate::face::optree as api;
 use crate::kind::Kind;
 use crate::registry;
 use crate::treespec::flatten::{self, Options};

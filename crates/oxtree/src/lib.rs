@@ -2,8 +2,9 @@
 //!
 //! This file only declares the module; the logic lives in modules named by noun.
 
-mod face;
 mod errors;
+mod face;
+mod ffi;
 mod graph;
 mod kind;
 mod paths;

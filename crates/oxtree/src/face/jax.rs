@@ -5,9 +5,9 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
-use crate::face::optree as api;
 use crate::errors::Invariant;
 use crate::errors::TreeError;
+use crate::face::optree as api;
 use crate::kind::Kind;
 use crate::treespec::flatten::Options;
 use crate::treespec::keys::KeyStyle;

@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple, PyType};
 
 use super::{Face, Node, PyTreeSpec};
-use crate::errors::TreeError;
+use crate::errors::{Invariant, TreeError};
 use crate::kind::Kind;
 use crate::registry;
 use crate::types;
@@ -332,7 +332,7 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
             _ => (0, 1),
         };
         for _ in 0..arity {
-            let (l, n) = pending.pop().expect("checked above");
+            let (l, n) = pending.pop().invariant("a child's sizes, checked above")?;
             leaves += l;
             count += n;
         }
