@@ -219,7 +219,7 @@ pub fn track(obj: &Bound<'_, PyAny>) {
 }
 
 /// CPython's `_PyObject_GC_MAY_BE_TRACKED`: whether `obj` could take part in a cycle.
-#[inline]
+#[inline(always)]
 fn may_be_tracked(obj: *mut sys::PyObject) -> bool {
     // SAFETY: only called below on live objects (held by a stack or a dict); the flag test
     // first spares most leaves (numbers, arrays) a call.
@@ -623,21 +623,62 @@ pub fn dict_items<'a, 'py>(dict: &'a Bound<'py, PyDict>) -> DictItems<'a, 'py> {
     DictItems { dict, pos: 0 }
 }
 
+/// The keys of `dict` as a new list, their addresses pushed onto `addrs` (kept theirs by the
+/// list) and its values (new references) onto `values`, all in storage order: one pass, the
+/// list filled in place. A dict whose length disagrees with its table raises SystemError.
+#[inline]
+pub fn dict_keys_values<'py, A: smallvec::Array<Item = usize>>(
+    dict: &Bound<'py, PyDict>,
+    addrs: &mut smallvec::SmallVec<A>,
+    values: &mut Vec<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyList>> {
+    let py = dict.py();
+    let n = dict.len();
+    // SAFETY: PyList_New gives `n` NULL slots (or NULL with an exception set), each filled
+    // below at most once, with a new reference; a slot left NULL (a dict whose table holds
+    // fewer items than its length says) raises before the list is seen, and its dealloc
+    // skips NULL slots. PyDict_Next checks `pos` against the dict's table and yields
+    // borrowed references to live entries, made owned ones at once; nothing here runs Python
+    // code.
+    unsafe {
+        let list = Bound::from_owned_ptr_or_err(py, sys::PyList_New(n as sys::Py_ssize_t))?;
+        let mut pos: sys::Py_ssize_t = 0;
+        let mut key: *mut sys::PyObject = std::ptr::null_mut();
+        let mut value: *mut sys::PyObject = std::ptr::null_mut();
+        let mut i = 0;
+        while sys::PyDict_Next(dict.as_ptr(), &mut pos, &mut key, &mut value) != 0 {
+            if i == n {
+                return Err(crate::internal!("a dict holds more items than its length"));
+            }
+            sys::Py_INCREF(key);
+            sys::PyList_SET_ITEM(list.as_ptr(), i as sys::Py_ssize_t, key);
+            addrs.push(key as usize);
+            values.push(Bound::from_borrowed_ptr(py, value));
+            i += 1;
+        }
+        if i != n {
+            return Err(crate::internal!("a dict holds fewer items than its length"));
+        }
+        Ok(list.cast_into_unchecked())
+    }
+}
+
 /// The most items `str_keyed_items` reads.
 pub const STR_ITEMS_MAX: usize = 16;
 
 /// For a dict of at most `STR_ITEMS_MAX` items whose keys are all exact str: the keys'
 /// addresses (compared, never dereferenced) into `keys` and the values (new references)
-/// into `values`, both in storage order; the number of items. None for any other dict
-/// (with what was read left in `values`, released with it). One pass over the table, and no
-/// reference counted for the keys.
+/// pushed onto `values`, both in storage order; the number of items. None for any other
+/// dict, with `values` as it was. One pass over the table, and no reference counted for
+/// the keys.
 #[inline]
 pub fn str_keyed_items<'py>(
     dict: &Bound<'py, PyDict>,
     keys: &mut [usize; STR_ITEMS_MAX],
-    values: &mut [Option<Bound<'py, PyAny>>; STR_ITEMS_MAX],
+    values: &mut Vec<Bound<'py, PyAny>>,
 ) -> Option<usize> {
     let py = dict.py();
+    let base = values.len();
     let mut pos: sys::Py_ssize_t = 0;
     let mut key: *mut sys::PyObject = std::ptr::null_mut();
     let mut value: *mut sys::PyObject = std::ptr::null_mut();
@@ -648,10 +689,11 @@ pub fn str_keyed_items<'py>(
     unsafe {
         while sys::PyDict_Next(dict.as_ptr(), &mut pos, &mut key, &mut value) != 0 {
             if sys::PyUnicode_CheckExact(key) == 0 || len == STR_ITEMS_MAX {
+                values.truncate(base);
                 return None;
             }
             keys[len] = key as usize;
-            values[len] = Some(Bound::from_borrowed_ptr(py, value));
+            values.push(Bound::from_borrowed_ptr(py, value));
             len += 1;
         }
     }
@@ -764,24 +806,25 @@ pub fn dict_copy_with_values<'py>(
         || n == 0
         || n > MAX_TEMPLATE_KEYS
         || stack.len().checked_sub(start) != Some(n)
-        || !template.is_exact_instance_of::<PyDict>()
     {
         return None;
     }
     let py = template.py();
-    // SAFETY: a live exact dict; PyDict_Copy returns a new dict or NULL with an exception set.
+    // SAFETY: a live dict; PyDict_Copy returns a new exact dict (whatever the type of its
+    // argument) or NULL with an exception set.
     let copy: Bound<'py, PyDict> =
         match unsafe { Bound::from_owned_ptr_or_err(py, sys::PyDict_Copy(template.as_ptr())) } {
-            // SAFETY: PyDict_Copy of an exact dict makes an exact dict.
+            // SAFETY: PyDict_Copy makes an exact dict.
             Ok(copy) => unsafe { copy.cast_into_unchecked() },
             Err(e) => return Some(Err(e)),
         };
     // SAFETY: the copy is a new exact dict nobody else has seen, on a CPython whose layout
     // `DictObject` and `KeysObject` mirror (`DICT_LAYOUT_KNOWN`). Its shape is checked (a
-    // combined table of `n` str entries) and every entry checked to hold its expected key and
-    // None before any is written, with the positions checked to be a permutation of `0..n`,
-    // so each value below moves exactly once; the entries read lie within the table CPython
-    // allocated for `ma_used == n` items. `stack` holds exactly `n` values past `start`.
+    // combined table of `n` str entries) and every entry checked to hold its expected key
+    // and None before any is written; the entries read lie within the table CPython
+    // allocated for `ma_used == n` items. The positions are below `n` (checked) and pairwise
+    // distinct: entry `i` holds `keys[position(i)]`, and a dict's keys are distinct objects,
+    // so each of the `n` values past `start` in `stack` moves exactly once.
     unsafe {
         let dict = copy.as_ptr().cast::<DictObject>();
         let table = (*dict).ma_keys;
@@ -799,26 +842,23 @@ pub fn dict_copy_with_values<'py>(
             .cast::<[*mut sys::PyObject; 2]>();
         let none = sys::Py_None();
         let list = keys.as_ptr();
-        let mut seen = 0u64;
-        for i in 0..n {
+        // Each position asked once: the moves below use exactly the ones checked here.
+        let mut at = [0u8; MAX_TEMPLATE_KEYS];
+        for (i, slot) in at.iter_mut().enumerate().take(n) {
             let p = position(i);
             let [key, value] = *entries.add(i);
-            if p >= n
-                || seen & (1 << p) != 0
-                || key != sys::PyList_GET_ITEM(list, p as sys::Py_ssize_t)
-                || value != none
-            {
+            if p >= n || key != sys::PyList_GET_ITEM(list, p as sys::Py_ssize_t) || value != none {
                 return None;
             }
-            seen |= 1 << p;
+            *slot = p as u8;
         }
         // Each value's reference moves from the stack into its entry (the stack is cut
         // below them right after, without releasing them); then the copy's n references to
         // None are given back.
         let values = stack.as_ptr().add(start);
         let mut may_hold_cycles = false;
-        for i in 0..n {
-            let value = (*values.add(position(i))).as_ptr();
+        for (i, &p) in at.iter().enumerate().take(n) {
+            let value = (*values.add(usize::from(p))).as_ptr();
             (*entries.add(i))[1] = value;
             may_hold_cycles = may_hold_cycles || may_be_tracked(value);
         }
@@ -827,8 +867,8 @@ pub fn dict_copy_with_values<'py>(
             sys::Py_DECREF(none);
         }
         // What inserting the values would have done: a dict holding a container is tracked.
-        if may_hold_cycles {
-            track(copy.as_any());
+        if may_hold_cycles && sys::PyObject_GC_IsTracked(copy.as_ptr()) == 0 {
+            sys::PyObject_GC_Track(copy.as_ptr().cast());
         }
     }
     Some(Ok(copy))

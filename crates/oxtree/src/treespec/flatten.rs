@@ -442,7 +442,9 @@ impl<
                     // read back what had just been stored (store forwarding; perf put a
                     // seventh of a 500-deep chain's flatten in that drop).
                     if let Some(top) = stack.last() {
-                        self.close(top)?;
+                        if !self.close(top) {
+                            return Err(crate::internal!("a frame closed without its node"));
+                        }
                     }
                     stack.truncate(stack.len().saturating_sub(1));
                 }
@@ -877,8 +879,10 @@ impl<
         Ok(())
     }
 
+    /// Emits the node of a finished frame; false (a broken invariant) when its payload
+    /// node is missing. A bool, not a `PyResult`: this runs once per node.
     #[inline(always)]
-    fn close(&mut self, frame: &Frame<'py>) -> PyResult<()> {
+    fn close(&mut self, frame: &Frame<'py>) -> bool {
         if GRAPH {
             self.memo.positions[frame.ordinal as usize] = self.nodes.len() as u32;
         }
@@ -887,7 +891,7 @@ impl<
             if has_payload {
                 self.payloads.pop();
             }
-            return Ok(());
+            return true;
         }
         let num_leaves = self.leaf_count - frame.leaves_before;
         let num_nodes = self.nodes.len() - frame.nodes_before + 1;
@@ -895,9 +899,10 @@ impl<
         // made or popped there was copied with wide loads right after narrow stores, which
         // stall on store forwarding (perf: a 500-deep chain, a gpt2-like dict).
         if has_payload {
-            // A frame with a payload pushed it (`push_node`): `move_last` finds it.
-            let node = move_last(&mut self.payloads, &mut self.nodes)
-                .invariant("a frame's payload node")?;
+            // A frame with a payload pushed it (`push_node`).
+            let Some(node) = move_last(&mut self.payloads, &mut self.nodes) else {
+                return false;
+            };
             node.num_leaves = num_leaves;
             node.num_nodes = num_nodes;
         } else {
@@ -905,7 +910,7 @@ impl<
                 Node::bare(frame.kind, frame.arity, num_leaves, num_nodes)
             });
         }
-        Ok(())
+        true
     }
 
     /// Past a threshold depth: look for a cycle among the open containers; past the limit,
@@ -1071,15 +1076,8 @@ type DictParts<'py> = (Bound<'py, PyList>, Small<usize>, Vec<Bound<'py, PyAny>>)
 fn dict_items<'py>(dict: &Bound<'py, PyDict>) -> PyResult<DictParts<'py>> {
     let n = dict.len();
     let mut addrs = Small::with_capacity(n);
-    let mut keys: Small<Bound<'py, PyAny>> = Small::with_capacity(n);
     let mut values = Vec::with_capacity(n);
-    // No Python code runs during this loop, so the dict cannot change under it.
-    for (key, value) in crate::ffi::dict_items(dict) {
-        addrs.push(key.as_ptr() as usize);
-        keys.push(key);
-        values.push(value);
-    }
-    let list = crate::ffi::list_from(dict.py(), keys.into_iter())?;
+    let list = crate::ffi::dict_keys_values(dict, &mut addrs, &mut values)?;
     Ok((list, addrs, values))
 }
 
@@ -1157,11 +1155,13 @@ fn small_str_items<'py>(
     if n > SMALL_MAPPING {
         return None;
     }
-    // Fixed arrays rather than growable vectors: `n` is known to fit. The values are owned
-    // at once; the keys are only compared by address until a sort needs them.
+    // The keys' addresses in a fixed array (`n` is known to fit); the values owned at once,
+    // pushed onto `pending` in insertion order and put in place below. The keys are only
+    // compared by address until a sort needs them.
     let mut keys = [0usize; SMALL_MAPPING];
-    let mut values: [Option<Bound<'py, PyAny>>; SMALL_MAPPING] = Default::default();
-    if crate::ffi::str_keyed_items(dict, &mut keys, &mut values)? != n {
+    let base = pending.len();
+    if crate::ffi::str_keyed_items(dict, &mut keys, pending)? != n {
+        pending.truncate(base);
         return None;
     }
     let slot = key_list_slot(&keys[..n]);
@@ -1170,24 +1170,25 @@ fn small_str_items<'py>(
             .borrow()
             .get(slot)
             .and_then(Option::as_ref)
-            .filter(|e| e.n == n && e.keys[..n] == keys[..n])
+            // Compared one by one: a slice compare of addresses calls `memcmp`.
+            .filter(|e| e.n == n && e.keys.iter().zip(&keys[..n]).all(|(a, b)| a == b))
             .map(|e| (e.list.clone_ref(py).into_bound(py), e.order))
     });
-    let (list, order) = match cached {
-        Some(found) => found,
-        None => sorted_key_list(dict, &keys, n, slot)?,
+    let Some((list, order)) = cached.or_else(|| sorted_key_list(dict, &keys, n, slot)) else {
+        pending.truncate(base);
+        return None;
     };
-    // The values in leaf order, reversed (the walk pops them in leaf order), each moved once.
-    pending.extend(
-        order[..n]
-            .iter()
-            .rev()
-            .filter_map(|&i| values[usize::from(i)].take()),
-    );
+    // The walk pops the values in leaf order: they lie in its reverse, the value of leaf `j`
+    // (inserted `order[j]`-th) at `n - 1 - j`.
     let order = &order[..n];
+    if !reorder(&mut pending[base..], |k| usize::from(order[n - 1 - k])) {
+        pending.truncate(base);
+        return None;
+    }
     if order.iter().enumerate().all(|(j, &i)| j == usize::from(i)) {
         return Some((list, None));
     }
+    // The leaf position of the key inserted `i`-th is nibble `i` of `bits`.
     let bits = order.iter().enumerate().fold(0u64, |bits, (j, &i)| {
         bits | ((j as u64) << (4 * u32::from(i)))
     });
@@ -1282,6 +1283,50 @@ fn insertion_positions(
     Ok(Some(Positions::Words(positions.invariant(
         "the sorted keys are the same objects as the dict's keys",
     )?)))
+}
+
+/// The most values `reorder` moves.
+pub const REORDER_MAX: usize = 32;
+
+/// Reorders `values` so that `values[k]` is the old `values[from(k)]`, following the
+/// permutation's cycles with swaps (no buffer, no allocation). `from` must be a permutation
+/// of `0..values.len()` (at most `REORDER_MAX`): otherwise nothing moves and the result is
+/// false.
+#[inline]
+pub fn reorder<T>(values: &mut [T], from: impl Fn(usize) -> usize) -> bool {
+    let n = values.len();
+    if n > REORDER_MAX {
+        return false;
+    }
+    // Each index asked once; checked to be a permutation before anything moves.
+    let mut at = [0u8; REORDER_MAX];
+    let mut seen = 0u32;
+    for (k, slot) in at.iter_mut().enumerate().take(n) {
+        let i = from(k);
+        if i >= n || seen & (1 << i) != 0 {
+            return false;
+        }
+        seen |= 1 << i;
+        *slot = i as u8;
+    }
+    // Cycle by cycle: `values[k]` takes `values[at[k]]`, which takes `values[at[at[k]]]`, ...
+    let mut done = 0u32;
+    for start in 0..n {
+        if done & (1 << start) != 0 {
+            continue;
+        }
+        let mut k = start;
+        loop {
+            done |= 1 << k;
+            let next = usize::from(at[k]);
+            if next == start {
+                break;
+            }
+            values.swap(k, next);
+            k = next;
+        }
+    }
+    true
 }
 
 /// Moves `values[i]` to `values[positions[i]]` for every `i`, following the permutation's
