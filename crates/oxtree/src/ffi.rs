@@ -415,30 +415,30 @@ unsafe fn fill_new<'py>(
     Ok(())
 }
 
-/// A new tuple (`list` false) or list of the top `n` values of `stack`, which move into it.
+/// A new tuple (`list` false) or list of the top `n` values of `stack`, which move into it;
+/// None (the stack untouched) on a memory error, with the exception set, or when the stack
+/// holds fewer than `n` values, with none set. An `Option`, not a `PyResult`: this runs once
+/// per tuple and list rebuilt, and a pointer returns in a register.
 #[inline]
 pub fn seq_from_top<'py>(
     py: Python<'py>,
     stack: &mut Vec<Bound<'py, PyAny>>,
     n: usize,
     list: bool,
-) -> PyResult<Bound<'py, PyAny>> {
-    if n > stack.len() {
-        return Err(crate::internal!(
-            "a sequence of more values than were built"
-        ));
-    }
+) -> Option<Bound<'py, PyAny>> {
+    let start = stack.len().checked_sub(n)?;
     // SAFETY: a new sequence of `n` NULL slots (or NULL with an exception set, the stack still
-    // owning its values), filled by `move_top_into` with the matching setter.
+    // owning its values), filled by `move_top_into` with the matching setter; `n` values lie
+    // past `start`.
     unsafe {
         if list {
-            let seq = Bound::from_owned_ptr_or_err(py, sys::PyList_New(n as sys::Py_ssize_t))?;
-            move_top_into(&seq, stack, n, sys::PyList_SET_ITEM);
-            Ok(seq)
+            let seq = Bound::from_owned_ptr_or_opt(py, sys::PyList_New(n as sys::Py_ssize_t))?;
+            move_top_into(&seq, stack, start, sys::PyList_SET_ITEM);
+            Some(seq)
         } else {
-            let seq = Bound::from_owned_ptr_or_err(py, sys::PyTuple_New(n as sys::Py_ssize_t))?;
-            move_top_into(&seq, stack, n, sys::PyTuple_SET_ITEM);
-            Ok(seq)
+            let seq = Bound::from_owned_ptr_or_opt(py, sys::PyTuple_New(n as sys::Py_ssize_t))?;
+            move_top_into(&seq, stack, start, sys::PyTuple_SET_ITEM);
+            Some(seq)
         }
     }
 }
@@ -472,26 +472,27 @@ pub fn tuple_subclass_from_top<'py>(
             Ok(obj) => obj,
             Err(e) => return Some(Err(e)),
         };
-        move_top_into(&obj, stack, n, sys::PyTuple_SET_ITEM);
+        move_top_into(&obj, stack, stack.len() - n, sys::PyTuple_SET_ITEM);
         track(&obj);
         Some(Ok(obj))
     }
 }
 
-/// Moves the top `n` values of `stack` into the NULL slots of `seq` with `set` (which
+/// Moves the values of `stack` past `start` into the NULL slots of `seq` with `set` (which
 /// steals).
 ///
 /// # Safety
-/// `seq` must be a new tuple (or tuple subclass instance) or list of exactly `n` NULL slots,
-/// seen by no other code yet, `set` the matching `SET_ITEM`, and `n <= stack.len()`.
+/// `seq` must be a new tuple (or tuple subclass instance) or list of exactly
+/// `stack.len() - start` NULL slots, seen by no other code yet, `set` the matching
+/// `SET_ITEM`, and `start <= stack.len()`.
 #[inline(always)]
 unsafe fn move_top_into<'py>(
     seq: &Bound<'py, PyAny>,
     stack: &mut Vec<Bound<'py, PyAny>>,
-    n: usize,
+    start: usize,
     set: unsafe fn(*mut sys::PyObject, sys::Py_ssize_t, *mut sys::PyObject),
 ) {
-    let start = stack.len() - n;
+    let n = stack.len() - start;
     // SAFETY: each slot is filled once with a reference read out of the stack, whose length
     // is cut below those values at once, so each reference changes owner exactly once;
     // nothing between can run Python code.
@@ -1019,7 +1020,7 @@ pub fn list_from_vec_infallible<'py>(
     // the vector's `n` values, which move into the list.
     unsafe {
         let l = Bound::from_owned_ptr(py, sys::PyList_New(n as sys::Py_ssize_t));
-        move_top_into(&l, items, n, sys::PyList_SET_ITEM);
+        move_top_into(&l, items, 0, sys::PyList_SET_ITEM);
         l.cast_into_unchecked()
     }
 }

@@ -242,14 +242,25 @@ fn rebuild<'py>(
 /// A new tuple (or list) that takes over the top `n` values of `stack`. The hot case of
 /// unflatten, without the draining iterator `make_node` takes: a 500-deep chain of lists spent
 /// a fifth of its own instructions on it.
-#[inline]
+#[inline(always)]
 fn seq_from_top<'py>(
     py: Python<'py>,
     stack: &mut Vec<Bound<'py, PyAny>>,
     n: usize,
     list: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    crate::ffi::seq_from_top(py, stack, n, list)
+    match crate::ffi::seq_from_top(py, stack, n, list) {
+        Some(seq) => Ok(seq),
+        None => Err(seq_failed(py)),
+    }
+}
+
+/// Why `seq_from_top` made nothing: a memory error, or a treespec that asked for more values
+/// than were built.
+#[cold]
+#[inline(never)]
+fn seq_failed(py: Python<'_>) -> PyErr {
+    PyErr::take(py).unwrap_or_else(|| crate::internal!("a sequence of more values than were built"))
 }
 
 /// A new instance of the namedtuple class `ty` that takes over the top `n` values of
