@@ -142,38 +142,40 @@ pub fn generic_setattr(
 /// The most keyword arguments `call_method_kw` passes (on the native stack).
 pub const MAX_KW_ARGS: usize = 30;
 
-/// `func(self_, **dict(zip(kwnames, values)))` by vectorcall: no argument tuple or dict.
-/// `kwnames` must be a tuple of as many str as `values` yields (at most `MAX_KW_ARGS`);
-/// anything else raises SystemError.
+/// `func(self_, **dict(zip(kwnames, values)))` by vectorcall, the values being the items of
+/// `parts[0]` then `parts[1]`: no argument tuple or dict. `func` is a Python function, whose
+/// calls check their keyword names themselves (a name that is not a str raises TypeError).
+/// `kwnames` must be a tuple of as many names as there are values (at most
+/// `MAX_KW_ARGS`); anything else raises SystemError.
 #[inline]
-pub fn call_method_kw<'a, 'py>(
-    func: &Bound<'py, PyAny>,
+pub fn call_method_kw<'py>(
+    func: &Bound<'py, PyFunction>,
     self_: &Bound<'py, PyAny>,
-    values: impl Iterator<Item = Borrowed<'a, 'py, PyAny>>,
+    parts: [&Bound<'py, PyTuple>; 2],
     kwnames: &Bound<'py, PyTuple>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let n = kwnames.len();
-    // Slot 0 is free for the callee (PY_VECTORCALL_ARGUMENTS_OFFSET), slot 1 is `self`.
-    let mut args = [std::ptr::null_mut::<sys::PyObject>(); MAX_KW_ARGS + 2];
-    args[1] = self_.as_ptr();
-    let mut count = 0;
-    for v in values {
-        if count == n || count == MAX_KW_ARGS {
-            count = usize::MAX;
-            break;
-        }
-        args[count + 2] = v.as_ptr();
-        count += 1;
-    }
-    if count != n || !kwnames.iter().all(|k| k.is_instance_of::<PyString>()) {
+    if n > MAX_KW_ARGS || parts[0].len() + parts[1].len() != n {
         return Err(crate::internal!(
             "a keyword call whose names do not match its values"
         ));
     }
+    // Slot 0 is free for the callee (PY_VECTORCALL_ARGUMENTS_OFFSET), slot 1 is `self`.
+    let mut args = [std::ptr::null_mut::<sys::PyObject>(); MAX_KW_ARGS + 2];
+    args[1] = self_.as_ptr();
+    let mut at = 2;
+    for part in parts {
+        for i in 0..part.len() {
+            // SAFETY: a tuple never changes, and `i` is below its length; the item is
+            // borrowed for the call, which the caller's tuple outlives.
+            args[at] = unsafe { part.get_borrowed_item_unchecked(i) }.as_ptr();
+            at += 1;
+        }
+    }
     // SAFETY: `args[1..n + 2]` holds `self_` and the `n` values, borrowed (the caller holds
-    // them) for the call; `kwnames` is a tuple of `n` str (checked); slot 0 may be
-    // overwritten by the callee (the offset flag). The result is a new reference or NULL
-    // with an exception set.
+    // them) for the call; `kwnames` is a tuple of `n` names, which a Python function's call
+    // checks; slot 0 may be overwritten by the callee (the offset flag). The result is a new
+    // reference or NULL with an exception set.
     unsafe {
         Bound::from_owned_ptr_or_err(
             func.py(),

@@ -422,16 +422,17 @@ fn init_directly<'py>(
     if !plain || n != kwnames.len() || n > MAX_DIRECT_FIELDS {
         return Ok(None);
     }
-    let init = ty.getattr(pyo3::intern!(py, "__init__"))?;
-    if !init.is_exact_instance_of::<pyo3::types::PyFunction>() {
+    let Ok(init) = ty
+        .getattr(pyo3::intern!(py, "__init__"))?
+        .cast_into_exact::<pyo3::types::PyFunction>()
+    else {
         return Ok(None);
-    }
+    };
     let Some(obj) = crate::ffi::object_new(ty) else {
         return Ok(None);
     };
     let obj = obj?;
-    let values = children.iter_borrowed().chain(meta_values.iter_borrowed());
-    let result = crate::ffi::call_method_kw(&init, &obj, values, kwnames)?;
+    let result = crate::ffi::call_method_kw(&init, &obj, [children, meta_values], kwnames)?;
     if !result.is_none() {
         return Err(pyo3::exceptions::PyTypeError::new_err(format!(
             "__init__() should return None, not '{}'",
