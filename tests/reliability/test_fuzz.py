@@ -110,3 +110,29 @@ def test_every_case_kind_is_generated(kind):
         roll = case.rng.random()
         kinds.add(next(k for limit, k in cases.KIND_ODDS if roll < limit))
     assert kind in kinds
+
+
+def test_a_panic_or_an_internal_error_is_a_finding():
+    # pyo3 raises a Rust panic as pyo3_runtime.PanicException, a BaseException; the core's
+    # invariant failures raise SystemError. Neither is a clean exception: both are findings.
+    sys.path.insert(0, str(ROOT / "fuzz"))
+    import cases
+
+    class PanicException(BaseException):
+        pass
+
+    def panics():
+        raise PanicException("called `Option::unwrap()` on a `None` value")
+
+    def internal():
+        raise SystemError("an invariant failed: please report this to oxtree")
+
+    findings: list[dict[str, Any]] = []
+    case = cases.Case(SEED, 0, findings)
+    assert case.call("panicking op", panics)[0] is False
+    assert case.call("internal op", internal)[0] is False
+    assert [(f["what"], f["op"]) for f in findings] == [
+        ("panic", "panicking op"),
+        ("bad-exception", "internal op"),
+    ]
+    assert "PanicException" in findings[0]["detail"]

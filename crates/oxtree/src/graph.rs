@@ -129,9 +129,9 @@ fn empty<'py>(py: Python<'py>, node: &Node) -> PyResult<Bound<'py, PyAny>> {
         Kind::Deque => c.deque.bind(py).call1((PyTuple::empty(py), data()))?,
         Kind::Custom => match two_step(py, node) {
             Some(ty) => ty.call_method1(pyo3::intern!(py, "_oxtree_graph_empty_"), (data(),))?,
-            None => unreachable!("only two-step classes are created empty"),
+            None => return Err(crate::internal!("only two-step classes are created empty")),
         },
-        _ => unreachable!("only mutable kinds are created empty"),
+        _ => return Err(crate::internal!("only mutable kinds are created empty")),
     })
 }
 
@@ -155,7 +155,7 @@ fn fill<'py>(
             Ok(())
         }
         Kind::Custom => {
-            let ty = two_step(py, node).expect("only two-step classes are filled");
+            let ty = two_step(py, node).invariant("only two-step classes are filled")?;
             let args = (target, node.kept_data(py), PyTuple::new(py, children)?);
             ty.call_method1(pyo3::intern!(py, "_oxtree_graph_fill_"), args)?;
             Ok(())
@@ -205,12 +205,12 @@ impl<'py> Rebuild<'_, 'py> {
         })
     }
 
-    fn values(&self, i: usize) -> Vec<Bound<'py, PyAny>> {
+    fn values(&self, i: usize) -> PyResult<Vec<Bound<'py, PyAny>>> {
         self.children(i)
             .iter()
             .map(|c| match c {
-                Child::Leaf(v) => v.clone(),
-                Child::At(p) => self.objs[*p].clone().expect("checked by ready()"),
+                Child::Leaf(v) => Ok(v.clone()),
+                Child::At(p) => self.objs[*p].clone().invariant("checked by ready()"),
             })
             .collect()
     }
@@ -223,9 +223,9 @@ impl<'py> Rebuild<'_, 'py> {
         let existing = self.objs[i].clone();
         match (existing, ready) {
             // Created empty earlier (referred to, or held up): fill it now.
-            (Some(obj), true) => fill(self.py, &obj, node, self.values(i))?,
+            (Some(obj), true) => fill(self.py, &obj, node, self.values(i)?)?,
             (None, true) => {
-                let values = self.values(i).into_iter();
+                let values = self.values(i)?.into_iter();
                 self.objs[i] = Some(ts::make_node(self.py, Face::Optree, node, values)?);
             }
             // Held up: a mutable container exists from now on, to be filled later.
@@ -276,7 +276,7 @@ fn rebuild_shared<'py>(
                         refs.next();
                         Child::At(target)
                     }
-                    _ => Child::Leaf(leaves.next().expect("the leaf count was checked")),
+                    _ => Child::Leaf(leaves.next().invariant("the leaf count was checked")?),
                 };
                 leaf_idx += 1;
                 stack.push(child);
@@ -342,7 +342,7 @@ fn rebuild_shared<'py>(
             .into());
         }
     }
-    Ok(r.objs[n - 1].take().expect("the root was built"))
+    r.objs[n - 1].take().invariant("the root was built")
 }
 
 fn node_type_name(py: Python<'_>, node: &Node) -> String {
@@ -503,8 +503,8 @@ pub fn _split_leaves<'py>(
     };
     Ok(Some((
         types,
-        ts::tuple_from_vec(py, arrays),
-        ts::tuple_from_vec(py, statics),
+        ts::tuple_from_vec(py, arrays)?,
+        ts::tuple_from_vec(py, statics)?,
         aliased,
     )))
 }
@@ -704,7 +704,7 @@ fn layout<'py>(gd: &GraphDef, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTupl
     for &idx in &order {
         let prefix = prefix_of[idx]
             .take()
-            .expect("a parent comes before its children");
+            .invariant("a parent comes before its children")?;
         let node = &spec.nodes[idx];
         if node.arity > 0 {
             for (j, child) in spec.child_indices(idx).into_iter().enumerate() {

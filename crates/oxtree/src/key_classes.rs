@@ -63,15 +63,11 @@ pub struct FlattenedIndexKey {
 
 fn richcmp_result(py: Python<'_>, op: CompareOp, eq: Option<bool>) -> Py<PyAny> {
     match (op, eq) {
-        (CompareOp::Eq, Some(e)) => e
-            .into_pyobject(py)
-            .expect("bool")
+        (CompareOp::Eq, Some(e)) => pyo3::types::PyBool::new(py, e)
             .to_owned()
             .into_any()
             .unbind(),
-        (CompareOp::Ne, Some(e)) => (!e)
-            .into_pyobject(py)
-            .expect("bool")
+        (CompareOp::Ne, Some(e)) => pyo3::types::PyBool::new(py, !e)
             .to_owned()
             .into_any()
             .unbind(),

@@ -5,6 +5,7 @@
 
 mod errors;
 mod face;
+mod ffi;
 mod graph;
 mod key_classes;
 mod kind;

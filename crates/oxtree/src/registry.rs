@@ -215,11 +215,11 @@ pub fn snapshot() -> Arc<Registry> {
 pub fn with_registry<R>(f: impl FnOnce(&Registry) -> R) -> R {
     let version = VERSION.load(Ordering::Acquire);
     VIEW.with(|view| {
-        let lent = match &*view.snapshot.borrow() {
-            Some((at, reg)) if *at == version => Some(Arc::as_ptr(reg)),
-            _ => None,
-        };
-        let Some(reg) = lent else {
+        // A shared borrow of the cell for the whole call: nested calls borrow it too, and
+        // `snapshot` replaces it only while no call is lent it (`lent`).
+        let held = view.snapshot.borrow();
+        let Some((_, reg)) = held.as_ref().filter(|(at, _)| *at == version) else {
+            drop(held);
             return f(&snapshot());
         };
         /// Ends the loan however `f` returns (unwinding included).
@@ -231,10 +231,7 @@ pub fn with_registry<R>(f: impl FnOnce(&Registry) -> R) -> R {
         }
         view.lent.set(view.lent.get() + 1);
         let _loan = Loan(&view.lent);
-        // SAFETY: the `Arc` in `view.snapshot` keeps the registry alive, and while `lent` is
-        // above zero nothing replaces or drops it (`snapshot` checks before replacing; no
-        // other code touches it).
-        f(unsafe { &*reg })
+        f(reg)
     })
 }
 

@@ -55,19 +55,7 @@ pub fn give_back(slot: Slot, mut v: Vec<Bound<'_, PyAny>>) {
 /// An empty vector with another element type of the same size and alignment (or the same type
 /// with another lifetime, as the walk stack kept between walks needs): the allocation
 /// alone changes hands.
-pub fn retype<A, B>(v: Vec<A>) -> Vec<B> {
-    assert!(v.is_empty(), "only empty buffers change hands");
-    assert!(
-        std::mem::size_of::<A>() == std::mem::size_of::<B>()
-            && std::mem::align_of::<A>() == std::mem::align_of::<B>(),
-        "only buffers of one layout change hands"
-    );
-    let mut v = std::mem::ManuallyDrop::new(v);
-    // SAFETY: `A` and `B` have one size and alignment (checked above), so the allocation's
-    // layout is the one a `Vec<B>` of this capacity would have made; the vector is empty, so
-    // no value is reinterpreted; pointer and capacity are owned by the result alone.
-    unsafe { Vec::from_raw_parts(v.as_mut_ptr().cast::<B>(), 0, v.capacity()) }
-}
+pub use crate::ffi::retype;
 
 #[cfg(test)]
 mod tests {

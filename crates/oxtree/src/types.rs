@@ -1,6 +1,6 @@
 //! Cached type pointers and the classification of tuple subclasses.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -127,12 +127,10 @@ pub fn is_scalar_type(ty: *mut ffi::PyTypeObject) -> bool {
 static TUPLE_KINDS: TypeCache<Kind> = TypeCache::new(TUPLE_CACHE_LIMIT);
 
 fn version_tag(ty: &Bound<'_, PyAny>) -> Option<u32> {
-    if !ty.is_instance_of::<PyType>() {
+    let Ok(ty) = ty.cast::<PyType>() else {
         return None;
-    }
-    let raw: *mut ffi::PyTypeObject = ty.as_ptr().cast();
-    // SAFETY: a live type object; these two fields are plain data.
-    let (flags, tag) = unsafe { ((*raw).tp_flags, (*raw).tp_version_tag) };
+    };
+    let (flags, tag) = crate::ffi::type_flags_and_tag(ty);
     // Up to 3.12 a modified type loses Py_TPFLAGS_VALID_VERSION_TAG (3.11 keeps the old
     // tag); from 3.13 the flag is never set and a modified type's tag is 0. Without this
     // gate no type had a tag on 3.13, and every cache keyed by it missed (namedtuple
@@ -180,61 +178,41 @@ pub fn is_namedtuple_class(ty: &Bound<'_, PyType>) -> bool {
             .unwrap_or(false)
 }
 
-/// What makes rebuilding a namedtuple class by filling a new tuple what calling it does, as
-/// raw pointers: the class's `__new__` function, the code object and globals it had when it
-/// was checked (with the globals' version tag, when it can be read) and `tuple.__new__`. A
-/// `PlainNew` holds the objects, so the pointers stay valid (and unused by other objects)
-/// while it lives.
-#[derive(Clone, Copy)]
-struct Check {
-    func: *mut ffi::PyFunctionObject,
-    code: *mut ffi::PyObject,
-    globals: *mut ffi::PyObject,
+/// What makes rebuilding a namedtuple class by filling a new tuple what calling it does:
+/// the class's `__new__` function, the code object and globals it had when it was checked
+/// (with the globals' version tag, when it can be read) and `tuple.__new__`. It holds the
+/// objects, so the addresses it compares stay theirs while it lives.
+pub struct PlainNew {
+    arity: usize,
+    func: Py<pyo3::types::PyFunction>,
+    code: Py<PyAny>,
+    globals: Py<pyo3::types::PyDict>,
     globals_version: Option<u64>,
-    tuple_new: *mut ffi::PyObject,
+    tuple_new: Py<PyAny>,
 }
 
-impl Check {
+impl PlainNew {
     /// Whether `ty` (the class this was made for, with the same version tag) still builds
     /// instances the checked way. The version tag covers the class's own attributes
     /// (`__new__`, `__init__`, slots); this covers what can change without touching the class:
     /// its metaclass, the `__code__` of its `__new__`, and the globals that code reads
     /// (`_tuple_new`). Pointer and integer compares (a dict lookup where the dict's version
     /// tag cannot be read).
-    ///
-    /// # Safety
-    /// The `PlainNew` this came from must be alive.
     #[inline]
-    unsafe fn holds(&self, ty: &Bound<'_, PyAny>) -> bool {
-        // SAFETY: `func` and `globals` are live (the caller's contract); `func_code` is a
-        // plain pointer field; the lookup is by an interned str, which runs no Python code.
-        unsafe {
-            ffi::Py_TYPE(ty.as_ptr()) == std::ptr::addr_of_mut!(ffi::PyType_Type)
-                && (*self.func).func_code == self.code
-                && match self.globals_version {
-                    // `globals_version` is Some only where `dict_version` read it.
-                    Some(v) => crate::treespec::dict_version_raw(self.globals) == v,
-                    None => {
-                        let key = intern!(ty.py(), "_tuple_new").as_ptr();
-                        ffi::PyDict_GetItemWithError(self.globals, key) == self.tuple_new
-                    }
+    fn holds(&self, ty: &Bound<'_, PyAny>) -> bool {
+        let py = ty.py();
+        crate::ffi::metatype_is_type(ty)
+            && crate::ffi::function_code_addr(self.func.bind(py)) == self.code.as_ptr() as usize
+            && match self.globals_version {
+                // `globals_version` is Some only where `dict_version` read it.
+                Some(v) => crate::ffi::dict_version(self.globals.bind(py)) == Some(v),
+                None => {
+                    crate::ffi::dict_get_str_addr(self.globals.bind(py), intern!(py, "_tuple_new"))
+                        == self.tuple_new.as_ptr() as usize
                 }
-        }
+            }
     }
 }
-
-/// A namedtuple class's `Check`, holding the objects it points to.
-pub struct PlainNew {
-    arity: usize,
-    check: Check,
-    _held: [Py<PyAny>; 4],
-}
-
-// SAFETY: the raw pointers in `check` point at the objects `_held` owns, which are only read
-// while attached to the interpreter.
-unsafe impl Send for PlainNew {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for PlainNew {}
 
 /// Namedtuple classes checked by `plain_namedtuple_arity`: the proof, or None.
 static PLAIN_NAMEDTUPLES: TypeCache<Option<Arc<PlainNew>>> = TypeCache::new(TUPLE_CACHE_LIMIT);
@@ -257,9 +235,8 @@ pub fn plain_namedtuple_arity(ty: &Bound<'_, PyAny>) -> Option<usize> {
     let slot = (ty.as_ptr() as usize >> 4) % RECENT_NAMEDTUPLES;
     if let Some(tag) = tag {
         let hit = RECENT.with(|r| {
-            // SAFETY: a field-by-field read of this thread's slot, which nothing writes
-            // meanwhile (`holds` runs no Python code).
-            let seen = unsafe { &*r[slot].as_ptr() };
+            // `holds` runs no Python code: nothing borrows the slot meanwhile.
+            let seen = r[slot].borrow();
             if seen.addr != ty.as_ptr() as usize
                 || seen.tag != tag
                 || seen.epoch != PLAIN_EPOCH.load(Ordering::Relaxed)
@@ -268,9 +245,7 @@ pub fn plain_namedtuple_arity(ty: &Bound<'_, PyAny>) -> Option<usize> {
             }
             match &seen.check {
                 None => Some(None),
-                // SAFETY: the epoch has not changed since the proof was in the shared cache,
-                // so it is still there, alive.
-                Some(check) if unsafe { check.holds(ty) } => Some(seen.arity),
+                Some(check) if check.holds(ty) => Some(seen.arity),
                 Some(_) => None,
             }
         });
@@ -279,8 +254,7 @@ pub fn plain_namedtuple_arity(ty: &Bound<'_, PyAny>) -> Option<usize> {
         }
     }
     let proof = match PLAIN_NAMEDTUPLES.get(ty) {
-        // SAFETY: `proof` is alive.
-        Some(Some(proof)) if unsafe { proof.check.holds(ty) } => Some(proof),
+        Some(Some(proof)) if proof.holds(ty) => Some(proof),
         Some(None) => None,
         // Not seen, or its `__new__` changed in place: look again.
         _ => {
@@ -301,9 +275,12 @@ pub fn plain_namedtuple_arity(ty: &Bound<'_, PyAny>) -> Option<usize> {
             tag,
             epoch: PLAIN_EPOCH.load(Ordering::Relaxed),
             arity,
-            check: proof.as_ref().map(|p| p.check),
+            check: proof,
         };
-        RECENT.with(|r| r[slot].set(recent));
+        // The slot's old proof is released after the slot is written (its objects' release
+        // may run Python code, which may look here again).
+        let old = RECENT.with(|r| r[slot].replace(recent));
+        drop(old);
     }
     arity
 }
@@ -311,13 +288,12 @@ pub fn plain_namedtuple_arity(ty: &Bound<'_, PyAny>) -> Option<usize> {
 /// How many namedtuple types each thread remembers in front of `PLAIN_NAMEDTUPLES`.
 const RECENT_NAMEDTUPLES: usize = 16;
 
-#[derive(Clone, Copy)]
 struct Recent {
     addr: usize,
     tag: u32,
     epoch: u64,
     arity: Option<usize>,
-    check: Option<Check>,
+    check: Option<Arc<PlainNew>>,
 }
 
 const NO_RECENT: Recent = Recent {
@@ -330,8 +306,8 @@ const NO_RECENT: Recent = Recent {
 
 thread_local! {
     /// Namedtuple types looked at lately, by address.
-    static RECENT: [Cell<Recent>; RECENT_NAMEDTUPLES] =
-        const { [const { Cell::new(NO_RECENT) }; RECENT_NAMEDTUPLES] };
+    static RECENT: [RefCell<Recent>; RECENT_NAMEDTUPLES] =
+        const { [const { RefCell::new(NO_RECENT) }; RECENT_NAMEDTUPLES] };
 }
 
 #[cold]
@@ -340,17 +316,9 @@ fn find_plain_namedtuple_arity(ty: &Bound<'_, PyAny>) -> PyResult<Option<PlainNe
     let Ok(cls) = ty.cast::<PyType>() else {
         return Ok(None);
     };
-    let raw: *mut ffi::PyTypeObject = cls.as_ptr().cast();
-    // SAFETY: a live type object and the static base types; these fields are plain data.
-    let plain_type = unsafe {
-        ffi::Py_TYPE(cls.as_ptr()) == std::ptr::addr_of_mut!(ffi::PyType_Type)
-            && (*raw).tp_flags & ffi::Py_TPFLAGS_TUPLE_SUBCLASS != 0
-            // Both pointers come from libpython, where object's `__init__` has one address.
-            && (*raw).tp_init.map(|f| f as usize)
-                == (*std::ptr::addr_of_mut!(ffi::PyBaseObject_Type))
-                    .tp_init
-                    .map(|f| f as usize)
-    };
+    let plain_type = crate::ffi::metatype_is_type(cls)
+        && crate::ffi::type_flags(cls) & ffi::Py_TPFLAGS_TUPLE_SUBCLASS != 0
+        && crate::ffi::init_is_object_init(cls);
     if !plain_type {
         return Ok(None);
     }
@@ -371,7 +339,7 @@ fn find_plain_namedtuple_arity(ty: &Bound<'_, PyAny>) -> PyResult<Option<PlainNe
         Some(f) if f.is(&tuple_new) => {}
         _ => return Ok(None),
     }
-    let globals_version = crate::treespec::dict_version(globals);
+    let globals_version = crate::ffi::dict_version(globals);
     let globals = globals.clone().unbind();
     let code = new.getattr(intern!(py, "__code__"))?;
     let names = code.getattr(intern!(py, "co_names"))?;
@@ -397,24 +365,16 @@ fn find_plain_namedtuple_arity(ty: &Bound<'_, PyAny>) -> PyResult<Option<PlainNe
             return Ok(None);
         }
     }
-    Ok(Some(()).map(|()| {
-        let check = Check {
-            func: new.as_ptr().cast(),
-            code: code.as_ptr(),
-            globals: globals.as_ptr(),
-            globals_version,
-            tuple_new: tuple_new.as_ptr(),
-        };
-        PlainNew {
-            arity: fields.len(),
-            check,
-            _held: [
-                new.unbind(),
-                code.unbind(),
-                globals.into_any(),
-                tuple_new.unbind(),
-            ],
-        }
+    let Ok(func) = new.cast_into::<pyo3::types::PyFunction>() else {
+        return Ok(None);
+    };
+    Ok(Some(PlainNew {
+        arity: fields.len(),
+        func: func.unbind(),
+        code: code.unbind(),
+        globals,
+        globals_version,
+        tuple_new: tuple_new.unbind(),
     }))
 }
 
@@ -450,8 +410,7 @@ fn generated_new_code(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyAny>> {
 /// with the integer attributes `n_fields`, `n_sequence_fields` and `n_unnamed_fields`.
 pub fn is_structseq_class(ty: &Bound<'_, PyType>) -> bool {
     let py = ty.py();
-    // SAFETY: `ty` is a live type object; reading its flags has no side effects.
-    let flags = unsafe { ffi::PyType_GetFlags(ty.as_ptr().cast()) };
+    let flags = crate::ffi::type_flags(ty);
     if flags & ffi::Py_TPFLAGS_BASETYPE != 0 {
         return false;
     }

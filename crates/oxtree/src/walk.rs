@@ -64,7 +64,7 @@ pub fn flatten_impl<'py>(
         registry::with_registry(|reg| flatten::flatten_or_sequence::<true, true>(tree, opts, reg))?;
     Ok(match walked {
         Walked::Sequence(kind, n) => (
-            items_list(tree),
+            items_list(tree)?,
             flat_spec(tree.py(), &mut Flat::leaf_sequence(kind, n), opts)?,
         ),
         Walked::Flat(mut flat) => {
@@ -91,21 +91,14 @@ pub fn flat_spec<'py>(
 }
 
 /// A new list of the items of an exact tuple or list (a `Walked::Sequence` tree).
-fn items_list<'py>(seq: &Bound<'py, PyAny>) -> Bound<'py, PyList> {
+fn items_list<'py>(seq: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
     if let Ok(list) = seq.cast::<PyList>() {
-        // SAFETY: a slice of a list is a new list; NULL only on memory error, which
-        // `from_owned_ptr` turns into a panic caught at the boundary.
-        return unsafe {
-            Bound::from_owned_ptr(
-                seq.py(),
-                pyo3::ffi::PyList_GetSlice(list.as_ptr(), 0, list.len() as pyo3::ffi::Py_ssize_t),
-            )
-            .cast_into_unchecked()
-        };
+        return crate::ffi::list_copy(list);
     }
-    // SAFETY: the caller passes a tuple or a list, and the list was handled above.
-    let tuple = unsafe { seq.cast_unchecked::<PyTuple>() };
-    crate::treespec::list_from(seq.py(), tuple.iter())
+    match seq.cast::<PyTuple>() {
+        Ok(tuple) => crate::ffi::list_from(seq.py(), tuple.iter()),
+        Err(_) => Err(crate::internal!("a leaf sequence that is no tuple or list")),
+    }
 }
 
 /// The treespec as a Python object, untracked by the collector when it holds nothing that
@@ -124,9 +117,8 @@ pub fn spec_into_py(
 /// says nothing it holds could be part of a cycle.
 pub fn untracked_if<T>(obj: Bound<'_, T>, acyclic: bool) -> Bound<'_, T> {
     if acyclic {
-        // SAFETY: the object is alive and tracked; its own dealloc untracks it only if it is
-        // still tracked. Nothing it holds can reach it back.
-        unsafe { pyo3::ffi::PyObject_GC_UnTrack(obj.as_ptr().cast()) };
+        // Nothing it holds can reach it back.
+        crate::ffi::untrack(&obj);
     }
     obj
 }
@@ -141,7 +133,7 @@ pub fn leaves_impl<'py>(
         flatten::flatten_or_sequence::<false, true>(tree, opts, reg)
     })?;
     Ok(match walked {
-        Walked::Sequence(..) => items_list(tree),
+        Walked::Sequence(..) => items_list(tree)?,
         Walked::Flat(flat) => list_from_vec(tree.py(), flat.leaves),
     })
 }
@@ -212,7 +204,7 @@ pub fn map_impl<'py>(
                 let mut args = Vec::with_capacity(others.len() + 1);
                 args.push(leaf.clone());
                 args.extend(others.iter().map(|o| o[i].clone()));
-                func.call1(crate::treespec::tuple_from_vec(py, args))?
+                func.call1(crate::treespec::tuple_from_vec(py, args)?)?
             };
             if keep_results {
                 results.push(r);
@@ -339,8 +331,8 @@ pub fn keyed_pairs_impl<'py>(
     let pairs: Vec<Bound<'py, PyAny>> = paths
         .into_iter()
         .zip(leaves)
-        .map(|(p, l)| crate::treespec::tuple_pair(py, p.into_any(), l).into_any())
-        .collect();
+        .map(|(p, l)| crate::treespec::tuple_pair(py, p.into_any(), l).map(Bound::into_any))
+        .collect::<PyResult<_>>()?;
     Ok((list_from_vec(py, pairs), spec))
 }
 
@@ -371,7 +363,7 @@ pub fn map_with_paths_impl<'py>(
             args.push(path.into_any());
             args.push(leaf);
             args.extend(others.iter().map(|o| o[i].clone()));
-            func.call1(crate::treespec::tuple_from_vec(py, args))?
+            func.call1(crate::treespec::tuple_from_vec(py, args)?)?
         };
         results.push(r);
     }

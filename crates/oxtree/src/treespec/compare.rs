@@ -1,6 +1,5 @@
 //! Treespec equality and hashing: linear scans over the node vectors.
 
-use pyo3::ffi;
 use pyo3::prelude::*;
 
 use super::{Face, Node, PyTreeSpec};
@@ -24,22 +23,10 @@ fn same_str(a: &str, b: &str) -> bool {
     a.len() == b.len() && (a.is_empty() || a == b)
 }
 
-/// `a == b` as CPython's containers decide it: identity first, then `__eq__`, with no
-/// result object made.
-fn equal_ptrs(py: Python<'_>, a: *mut ffi::PyObject, b: *mut ffi::PyObject) -> PyResult<bool> {
-    if a == b {
-        return Ok(true);
-    }
-    // SAFETY: both are live objects owned by the treespecs being compared.
-    match unsafe { ffi::PyObject_RichCompareBool(a, b, ffi::Py_EQ) } {
-        r if r < 0 => Err(PyErr::fetch(py)),
-        r => Ok(r == 1),
-    }
-}
-
 fn equal_objects(py: Python<'_>, a: &Option<Py<PyAny>>, b: &Option<Py<PyAny>>) -> PyResult<bool> {
     match (a, b) {
-        (Some(x), Some(y)) => equal_ptrs(py, x.as_ptr(), y.as_ptr()),
+        (Some(x), Some(y)) if x.as_ptr() == y.as_ptr() => Ok(true),
+        (Some(x), Some(y)) => crate::ffi::rich_eq(x.bind(py), y.bind(py)),
         (None, None) => Ok(true),
         _ => Ok(false),
     }
@@ -56,17 +43,16 @@ fn equal_keys(py: Python<'_>, a: &Node, b: &Node) -> PyResult<bool> {
                 return Ok(false);
             }
             // Key by key, identity first (keys usually are the same str objects): no Python
-            // call for two lists and no result object.
+            // call for two lists, no result object, no reference counted.
             for i in 0..x.len() {
-                // SAFETY: `i` is below both lengths; the key lists are private to their
-                // treespecs and never change, and an `__eq__` called below cannot reach them.
-                let (p, q) = unsafe {
-                    (
-                        ffi::PyList_GET_ITEM(x.as_ptr(), i as ffi::Py_ssize_t),
-                        ffi::PyList_GET_ITEM(y.as_ptr(), i as ffi::Py_ssize_t),
-                    )
+                if crate::ffi::list_item_addr(x, i) == crate::ffi::list_item_addr(y, i) {
+                    continue;
+                }
+                let (Some(p), Some(q)) = (crate::ffi::list_item(x, i), crate::ffi::list_item(y, i))
+                else {
+                    return Ok(false);
                 };
-                if !equal_ptrs(py, p, q)? {
+                if !crate::ffi::rich_eq(&p, &q)? {
                     return Ok(false);
                 }
             }

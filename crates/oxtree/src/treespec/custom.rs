@@ -1,6 +1,5 @@
 //! Taking registered nodes apart and putting them back, for each kind of rule.
 
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
@@ -124,7 +123,7 @@ pub fn dataclass_aux<'py>(
     }
     let mut values = Vec::with_capacity(meta.len());
     fields_into(py, meta, obj, &mut values)?;
-    Ok(super::tuple_from_vec(py, values).into_any())
+    Ok(super::tuple_from_vec(py, values)?.into_any())
 }
 
 /// The user's exception, unchanged in type, with a note saying which registered function
@@ -257,17 +256,18 @@ fn split_flatten_result<'py>(
         ));
     }
     let children = parts.get_item(0)?;
-    let children = if children.is_exact_instance_of::<PyTuple>() {
-        // SAFETY: the exact type was just checked.
-        Children::Tuple(unsafe { children.cast_into_unchecked() })
-    } else if children.is_exact_instance_of::<pyo3::types::PyList>() {
-        // SAFETY: the exact type was just checked.
-        Children::List(unsafe { children.cast_into_unchecked() })
-    } else {
-        let iter = children
-            .try_iter()
-            .map_err(|_| bad("its children are not iterable"))?;
-        Children::Vec(iter.collect::<PyResult<Vec<_>>>()?)
+    let children = match children.cast_into_exact::<PyTuple>() {
+        Ok(t) => Children::Tuple(t),
+        Err(e) => match e.into_inner().cast_into_exact::<pyo3::types::PyList>() {
+            Ok(l) => Children::List(l),
+            Err(e) => {
+                let iter = e
+                    .into_inner()
+                    .try_iter()
+                    .map_err(|_| bad("its children are not iterable"))?;
+                Children::Vec(iter.collect::<PyResult<Vec<_>>>()?)
+            }
+        },
     };
     let entries = if parts.len() == 3 && !parts.get_item(2)?.is_none() {
         let entries = parts.get_item(2)?;
@@ -410,15 +410,9 @@ pub fn unflatten<'py>(
                     .zip(children.iter())
                     .chain(meta.iter().zip(meta_values.iter()));
                 for (name, value) in fields {
-                    // SAFETY: both objects are live; PyObject_GenericSetAttr is what
-                    // `object.__setattr__` does: it bypasses a frozen dataclass's own
+                    // What `object.__setattr__` does: it bypasses a frozen dataclass's own
                     // `__setattr__` and stores into `__dict__` or a slot.
-                    let rc = unsafe {
-                        ffi::PyObject_GenericSetAttr(obj.as_ptr(), name.as_ptr(), value.as_ptr())
-                    };
-                    if rc < 0 {
-                        return Err(PyErr::fetch(py));
-                    }
+                    crate::ffi::generic_setattr(&obj, name.bind(py), &value)?;
                 }
                 Ok(obj)
             }
@@ -438,60 +432,22 @@ fn init_directly<'py>(
     meta_values: &Bound<'py, PyTuple>,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
     let py = ty.py();
-    let raw: *mut ffi::PyTypeObject = ty.as_ptr().cast();
     let n = children.len() + meta_values.len();
-    // SAFETY: a live type object and the static base types; these fields are plain data.
-    // Both `tp_new` pointers come from libpython, where object's `__new__` has one address.
-    let plain = unsafe {
-        ffi::Py_TYPE(ty.as_ptr()) == std::ptr::addr_of_mut!(ffi::PyType_Type)
-            && (*raw).tp_new.map(|f| f as usize)
-                == (*std::ptr::addr_of_mut!(ffi::PyBaseObject_Type))
-                    .tp_new
-                    .map(|f| f as usize)
-    };
+    let plain = crate::ffi::metatype_is_type(ty) && crate::ffi::new_is_object_new(ty);
     if !plain || n != kwnames.len() || n > MAX_DIRECT_FIELDS {
         return Ok(None);
     }
-    let init = ty.getattr(pyo3::intern!(py, "__init__"))?;
-    if !init.is_exact_instance_of::<pyo3::types::PyFunction>() {
+    let Ok(init) = ty
+        .getattr(pyo3::intern!(py, "__init__"))?
+        .cast_into_exact::<pyo3::types::PyFunction>()
+    else {
         return Ok(None);
-    }
-    // SAFETY: object's `tp_new`, called for a class whose `tp_new` it is, with an empty
-    // argument tuple and no keywords: it raises for an abstract class, as calling the class
-    // would, and returns a new reference or NULL with an exception set.
-    let obj = unsafe {
-        let new = (*std::ptr::addr_of_mut!(ffi::PyBaseObject_Type))
-            .tp_new
-            .expect("object has tp_new");
-        Bound::from_owned_ptr_or_err(
-            py,
-            new(raw, PyTuple::empty(py).as_ptr(), std::ptr::null_mut()),
-        )?
     };
-    // Slot 0 is free for the callee (PY_VECTORCALL_ARGUMENTS_OFFSET), slot 1 is `self`.
-    let mut args: [*mut ffi::PyObject; MAX_DIRECT_FIELDS + 2] =
-        [std::ptr::null_mut(); MAX_DIRECT_FIELDS + 2];
-    args[1] = obj.as_ptr();
-    for (slot, value) in args[2..]
-        .iter_mut()
-        .zip(children.iter_borrowed().chain(meta_values.iter_borrowed()))
-    {
-        *slot = value.as_ptr();
-    }
-    // SAFETY: `args[1..]` holds `self` and `n` values borrowed from live tuples (and `obj`)
-    // for the duration of the call; the keyword names are a tuple of `n` str; the result is a
-    // new reference or NULL with an exception set.
-    let result = unsafe {
-        Bound::from_owned_ptr_or_err(
-            py,
-            ffi::PyObject_Vectorcall(
-                init.as_ptr(),
-                args.as_mut_ptr().add(1),
-                1 | ffi::PY_VECTORCALL_ARGUMENTS_OFFSET,
-                kwnames.as_ptr(),
-            ),
-        )?
+    let Some(obj) = crate::ffi::object_new(ty) else {
+        return Ok(None);
     };
+    let obj = obj?;
+    let result = crate::ffi::call_method_kw(&init, &obj, [children, meta_values], kwnames)?;
     if !result.is_none() {
         return Err(pyo3::exceptions::PyTypeError::new_err(format!(
             "__init__() should return None, not '{}'",
@@ -502,7 +458,7 @@ fn init_directly<'py>(
 }
 
 /// The most fields `init_directly` passes (on the native stack); more go through a dict.
-const MAX_DIRECT_FIELDS: usize = 30;
+const MAX_DIRECT_FIELDS: usize = crate::ffi::MAX_KW_ARGS;
 
 /// The field names of a dataclass node's children, if the rule knows them.
 pub fn child_names(reg: &Registration) -> Option<&[Py<pyo3::types::PyString>]> {

@@ -10,13 +10,13 @@
 //! Writing the entries needs the layout of CPython's dict (private to CPython). It is the
 //! same on 3.11, 3.12 and 3.13 with the GIL (`PyDictObject` and `PyDictKeysObject` in their
 //! `cpython/dictobject.h` and `internal/pycore_dict.h`; 3.13's free-threaded build adds a
-//! mutex to the keys header), so the fast path is compiled only for those (`LAYOUT_KNOWN`)
-//! and checks every copy before writing into it: each entry must hold the expected key and
-//! None, or the copy is dropped and the dict built key by key as on any other version.
+//! mutex to the keys header), so the write (`ffi::dict_copy_with_values`) is compiled only
+//! for those (`ffi::DICT_LAYOUT_KNOWN`) and checks every copy before writing into it: each
+//! entry must hold the expected key and None, or the copy is dropped and the dict built key
+//! by key as on any other version.
 
 use std::cell::RefCell;
 
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -24,7 +24,7 @@ use super::{Face, Insertion, Node};
 
 /// Dicts of at most this many keys are copied from templates: each template holds a
 /// table as large as the dict's, and the thread keeps `SLOTS` of them.
-pub const MAX_KEYS: usize = 32;
+pub const MAX_KEYS: usize = crate::ffi::MAX_TEMPLATE_KEYS;
 
 /// Templates kept per thread (direct-mapped by key list and order): enough for trees of
 /// a few hundred distinct dicts (a 1,000-leaf tree of random dicts has 151).
@@ -49,65 +49,6 @@ thread_local! {
     static TEMPLATES: RefCell<Vec<Option<Template>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// CPython 3.11-3.13's `PyDictObject` (3.13 names the version tag `_ma_watcher_tag`).
-#[repr(C)]
-struct DictObject {
-    ob_base: ffi::PyObject,
-    ma_used: ffi::Py_ssize_t,
-    ma_version_tag: u64,
-    ma_keys: *mut KeysObject,
-    ma_values: *mut std::ffi::c_void,
-}
-
-/// CPython 3.11-3.13's `PyDictKeysObject` header (with the GIL); the index table follows
-/// it, then the entries.
-#[repr(C)]
-struct KeysObject {
-    dk_refcnt: ffi::Py_ssize_t,
-    dk_log2_size: u8,
-    dk_log2_index_bytes: u8,
-    dk_kind: u8,
-    dk_version: u32,
-    dk_usable: ffi::Py_ssize_t,
-    dk_nentries: ffi::Py_ssize_t,
-}
-
-/// `dk_kind` of a table whose keys are all str: its entries are (key, value) pairs.
-const DICT_KEYS_UNICODE: u8 = 1;
-
-/// Whether this build's dicts have the layout above: CPython 3.11, 3.12 or 3.13 with the
-/// GIL, its full API (an extension built for one CPython version loads only into that
-/// version). Any other interpreter builds every dict key by key.
-const LAYOUT_KNOWN: bool = cfg!(all(
-    not(Py_LIMITED_API),
-    not(PyPy),
-    not(GraalPy),
-    not(RustPython),
-    not(Py_GIL_DISABLED),
-    not(Py_3_14),
-));
-
-/// The version tag of `dict` (CPython 3.11 to 3.13 give a dict a new one on every change),
-/// or None on an interpreter whose dict layout is not known.
-pub fn dict_version(dict: &Bound<'_, PyDict>) -> Option<u64> {
-    if !LAYOUT_KNOWN {
-        return None;
-    }
-    // SAFETY: a live dict, with the layout of `DictObject` (`LAYOUT_KNOWN`).
-    Some(unsafe { dict_version_raw(dict.as_ptr()) })
-}
-
-/// `dict_version` without the check of the layout.
-///
-/// # Safety
-/// `dict` must be a live dict, and `dict_version` must have returned a tag before (the
-/// layout is this interpreter's).
-#[inline]
-pub unsafe fn dict_version_raw(dict: *mut ffi::PyObject) -> u64 {
-    // SAFETY: the caller's contract; a plain data field.
-    unsafe { (*dict.cast::<DictObject>()).ma_version_tag }
-}
-
 /// The dict of `node` (an exact-dict node of up to `MAX_KEYS` str keys) holding the values
 /// `stack[start..]` (leaf order), copied from a template: the values move into the dict and
 /// `stack` is cut to `start`. `None` when this dict cannot be made that way, with `stack`
@@ -121,7 +62,7 @@ pub fn copy_with_values<'py>(
 ) -> Option<PyResult<Bound<'py, PyAny>>> {
     let n = node.arity;
     debug_assert_eq!(stack.len() - start, n);
-    if !LAYOUT_KNOWN || n == 0 || n > MAX_KEYS {
+    if !crate::ffi::DICT_LAYOUT_KNOWN || n == 0 || n > MAX_KEYS {
         return None;
     }
     let keys = node.keys().as_ref()?.bind(py);
@@ -149,74 +90,8 @@ pub fn copy_with_values<'py>(
         Ok(None) => return None,
         Err(e) => return Some(Err(e)),
     };
-    // SAFETY: `template` is an exact dict; PyDict_Copy returns a new reference or NULL with
-    // an exception set.
-    let copy =
-        match unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyDict_Copy(template.as_ptr())) } {
-            Ok(copy) => copy,
-            Err(e) => return Some(Err(e)),
-        };
-    // SAFETY: the copy is a new exact dict nobody else has seen, on a CPython whose layout
-    // `DictObject` and `KeysObject` mirror (`LAYOUT_KNOWN`). Every entry is
-    // checked to hold its expected key and None before any is written; the entries read lie
-    // within the table CPython allocated for `ma_used == n` items.
-    unsafe {
-        let dict = copy.as_ptr().cast::<DictObject>();
-        let table = (*dict).ma_keys;
-        if (*dict).ma_used != n as ffi::Py_ssize_t
-            || !(*dict).ma_values.is_null()
-            || (*table).dk_nentries != n as ffi::Py_ssize_t
-            || (*table).dk_kind != DICT_KEYS_UNICODE
-        {
-            return None;
-        }
-        let entries = table
-            .add(1)
-            .cast::<u8>()
-            .add(1usize << (*table).dk_log2_index_bytes)
-            .cast::<[*mut ffi::PyObject; 2]>();
-        let none = ffi::Py_None();
-        let list = keys.as_ptr();
-        for i in 0..n {
-            let [key, value] = *entries.add(i);
-            if key != ffi::PyList_GET_ITEM(list, position(i) as ffi::Py_ssize_t) || value != none {
-                return None;
-            }
-        }
-        // Each value's reference moves from the stack into its entry (the stack is cut
-        // below them right after, without releasing them); then the copy's n references to
-        // None are given back.
-        let values = stack.as_ptr().add(start);
-        let mut may_hold_cycles = false;
-        for i in 0..n {
-            let value = (*values.add(position(i))).as_ptr();
-            (*entries.add(i))[1] = value;
-            may_hold_cycles = may_hold_cycles || may_be_tracked(value);
-        }
-        stack.set_len(start);
-        for _ in 0..n {
-            ffi::Py_DECREF(none);
-        }
-        // What inserting the values would have done: a dict holding a container is tracked.
-        if may_hold_cycles && ffi::PyObject_GC_IsTracked(copy.as_ptr()) == 0 {
-            ffi::PyObject_GC_Track(copy.as_ptr().cast());
-        }
-    }
-    Some(Ok(copy))
-}
-
-/// CPython's `_PyObject_GC_MAY_BE_TRACKED`: whether `obj` could take part in a cycle.
-///
-/// # Safety
-/// `obj` must be a live object.
-unsafe fn may_be_tracked(obj: *mut ffi::PyObject) -> bool {
-    // SAFETY: `obj` is live (the caller's contract), and so is its type. The flag test first
-    // spares most leaves (numbers, arrays) a call.
-    unsafe {
-        ((*ffi::Py_TYPE(obj)).tp_flags & ffi::Py_TPFLAGS_HAVE_GC) != 0
-            && ffi::PyObject_IS_GC(obj) != 0
-            && (ffi::PyTuple_CheckExact(obj) == 0 || ffi::PyObject_GC_IsTracked(obj) != 0)
-    }
+    crate::ffi::dict_copy_with_values(&template, keys, position, stack, start)
+        .map(|r| r.map(Bound::into_any))
 }
 
 fn slot_of(keys: &Bound<'_, PyList>, order: u64) -> usize {
@@ -253,11 +128,8 @@ fn template_for<'py>(
             // Only str keys are remembered: hashing and comparing them runs no Python code,
             // and the cache then holds nothing a user could want collected.
             let all_str = (0..n).all(|i| {
-                // SAFETY: `i` is below the length of the node's key list, which nothing
-                // changes.
-                unsafe {
-                    ffi::PyUnicode_CheckExact(ffi::PyList_GET_ITEM(keys.as_ptr(), i as _)) != 0
-                }
+                crate::ffi::list_item(keys, i)
+                    .is_some_and(|k| k.is_exact_instance_of::<pyo3::types::PyString>())
             });
             if all_str {
                 // First sight: remembered, built key by key this time.

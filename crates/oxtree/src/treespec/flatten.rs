@@ -17,7 +17,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use smallvec::SmallVec;
 
 use super::{Face, Node};
-use crate::errors::TreeError;
+use crate::errors::{Invariant, TreeError};
 use crate::kind::Kind;
 use crate::path_text;
 use crate::registry::{Registration, Registry};
@@ -157,15 +157,14 @@ impl<'py> Frame<'py> {
         }
     }
 
-    /// The container this frame walks.
-    fn container(&self) -> &Bound<'py, PyAny> {
+    /// The container this frame walks (None only for a pending frame without its
+    /// container, which `push_node` never makes).
+    fn container(&self) -> Option<&Bound<'py, PyAny>> {
         match (&self.obj, &self.items) {
-            (Some(obj), _) => obj,
-            (None, Items::Tuple(t)) => t.as_any(),
-            (None, Items::List(l)) => l.as_any(),
-            (None, Items::Pending) => {
-                unreachable!("pending items always come with their container")
-            }
+            (Some(obj), _) => Some(obj),
+            (None, Items::Tuple(t)) => Some(t.as_any()),
+            (None, Items::List(l)) => Some(l.as_any()),
+            (None, Items::Pending) => None,
         }
     }
 }
@@ -189,6 +188,7 @@ pub fn classify_other<'a>(
     classify_other_type(
         obj.py(),
         obj.get_type_ptr(),
+        || crate::ffi::flags_of_type_of(obj),
         || obj.get_type(),
         registry,
         namespace,
@@ -222,6 +222,7 @@ pub fn classify_type<'a>(
         classify_other_type(
             py,
             ty.as_type_ptr(),
+            || crate::ffi::type_flags(ty),
             || ty.clone(),
             registry,
             namespace,
@@ -237,6 +238,7 @@ pub fn classify_type<'a>(
 fn classify_other_type<'a, 'py>(
     py: Python<'py>,
     ty: *mut ffi::PyTypeObject,
+    flags: impl FnOnce() -> std::os::raw::c_ulong,
     bound: impl FnOnce() -> Bound<'py, pyo3::types::PyType>,
     registry: &'a Registry,
     namespace: &str,
@@ -250,8 +252,7 @@ fn classify_other_type<'a, 'py>(
             return Class::Custom(reg);
         }
     }
-    // SAFETY: `ty` is the live type of `obj`; reading `tp_flags` has no side effects.
-    let flags = unsafe { (*ty).tp_flags };
+    let flags = flags();
     if flags & ffi::Py_TPFLAGS_TUPLE_SUBCLASS != 0 {
         let kind = types::tuple_subclass_kind(&bound());
         // JAX treats struct sequences as leaves.
@@ -459,32 +460,29 @@ impl<
             let child = match &mut top.items {
                 Items::Tuple(t) => {
                     if top.pos < top.arity {
-                        // SAFETY: a tuple is immutable and `pos` is below its length.
-                        Some(unsafe { t.get_borrowed_item_unchecked(top.pos) }.to_owned())
+                        // A tuple never changes: `pos` is below its length.
+                        Some(crate::ffi::tuple_item(t, top.pos).invariant("a tuple item")?)
                     } else {
                         None
                     }
                 }
                 Items::List(l) => {
                     if top.pos < top.arity {
-                        if top.pos >= l.len() {
-                            return Err(self.mutated(stack));
+                        match crate::ffi::list_item(l, top.pos) {
+                            Some(item) => Some(item),
+                            None => return Err(self.mutated(stack)),
                         }
-                        // SAFETY: `pos` was just checked against the list's current length,
-                        // and the borrowed item is turned into an owned reference at once.
-                        Some(unsafe {
-                            Bound::from_borrowed_ptr(
-                                self.py,
-                                ffi::PyList_GET_ITEM(l.as_ptr(), top.pos as ffi::Py_ssize_t),
-                            )
-                        })
                     } else {
                         None
                     }
                 }
                 Items::Pending => {
                     if top.pos < top.arity {
-                        Some(self.pending.pop().expect("a pending frame's children wait"))
+                        Some(
+                            self.pending
+                                .pop()
+                                .invariant("a pending frame's children wait")?,
+                        )
                     } else {
                         None
                     }
@@ -500,8 +498,12 @@ impl<
                     // frame through the native stack first, and dropping the copy's items
                     // read back what had just been stored (store forwarding; perf put a
                     // seventh of a 500-deep chain's flatten in that drop).
-                    self.close(stack.last().expect("the loop holds a frame"));
-                    stack.truncate(stack.len() - 1);
+                    if let Some(top) = stack.last() {
+                        if !self.close(top) {
+                            return Err(crate::internal!("a frame closed without its node"));
+                        }
+                    }
+                    stack.truncate(stack.len().saturating_sub(1));
                 }
             }
         }
@@ -562,24 +564,28 @@ impl<
                 return Ok(());
             }
         }
-        if obj.is_exact_instance_of::<PyTuple>() {
-            if self.seen_before(&obj) {
-                return Ok(());
+        let obj = match crate::ffi::into_exact::<PyTuple>(obj) {
+            Ok(t) => {
+                if self.seen_before(t.as_any()) {
+                    return Ok(());
+                }
+                let n = t.len();
+                self.reserve(n);
+                return self.push_seq(|| Items::Tuple(t), Kind::Tuple, n, stack);
             }
-            // SAFETY: the exact type was just checked.
-            let n = unsafe { ffi::PyTuple_GET_SIZE(obj.as_ptr()) } as usize;
-            self.reserve(n);
-            return self.push_seq(obj, Kind::Tuple, n, stack);
-        }
-        if obj.is_exact_instance_of::<PyList>() {
-            if self.seen_before(&obj) {
-                return Ok(());
+            Err(obj) => obj,
+        };
+        let obj = match crate::ffi::into_exact::<PyList>(obj) {
+            Ok(l) => {
+                if self.seen_before(l.as_any()) {
+                    return Ok(());
+                }
+                let n = l.len();
+                self.reserve(n);
+                return self.push_seq(|| Items::List(l), Kind::List, n, stack);
             }
-            // SAFETY: the exact type was just checked.
-            let n = unsafe { ffi::PyList_GET_SIZE(obj.as_ptr()) } as usize;
-            self.reserve(n);
-            return self.push_seq(obj, Kind::List, n, stack);
-        }
+            Err(obj) => obj,
+        };
         if obj.is_exact_instance_of::<PyDict>() {
             if self.seen_before(&obj) {
                 return Ok(());
@@ -625,7 +631,7 @@ impl<
                 self.leaf(obj);
                 Ok(())
             }
-            Class::NoneNode => unreachable!("None takes the fast path"),
+            Class::NoneNode => Err(crate::internal!("None missed the fast path")),
             Class::Custom(reg) => {
                 if NODES && !known {
                     self.keep_registration(reg);
@@ -640,8 +646,11 @@ impl<
             Class::Node(kind) => match kind {
                 Kind::NamedTuple | Kind::StructSeq => {
                     self.acyclic = false;
-                    // SAFETY: namedtuples and struct sequences are tuple subclasses.
-                    let t = unsafe { obj.clone().cast_into_unchecked::<PyTuple>() };
+                    // Namedtuples and struct sequences are tuple subclasses.
+                    let t = obj
+                        .cast::<PyTuple>()
+                        .map_err(|_| crate::internal!("a namedtuple that is no tuple"))?
+                        .clone();
                     let n = t.len();
                     let ty = obj.get_type().into_any().unbind();
                     self.push_node(
@@ -671,7 +680,9 @@ impl<
                         },
                     )
                 }
-                _ => unreachable!("classify_other returns no builtin fast-path kind"),
+                _ => Err(crate::internal!(
+                    "classify returned the fast-path kind {kind:?}"
+                )),
             },
         }
     }
@@ -684,8 +695,10 @@ impl<
         stack: &mut Vec<Frame<'py>>,
     ) -> PyResult<()> {
         let py = self.py;
-        // SAFETY: every mapping kind is a dict subclass (checked by the caller).
-        let dict = unsafe { obj.cast_unchecked::<PyDict>() };
+        // Every mapping kind is a dict subclass (checked by the caller).
+        let dict = obj
+            .cast::<PyDict>()
+            .map_err(|_| crate::internal!("a mapping that is no dict"))?;
         // Whether the key list is known to be untracked already (all keys str).
         let mut untracked = false;
         let own_order =
@@ -717,11 +730,11 @@ impl<
             // lookups, one Python list per dict (the kept key list) and, for dicts of up to
             // 16 keys, no other allocation but the value vector: fewer allocations of
             // collected objects means fewer garbage-collector passes (9% of a gpt2 flatten).
-            let (keys, ins_keys, mut values) = dict_items(dict);
+            let (keys, ins_keys, mut values) = dict_items(dict)?;
             if keys.len() > 1 {
                 sort_keys_in_place(&keys, &ins_keys, self.face == Face::Jax)?;
             }
-            let insertion = insertion_positions(&keys, &ins_keys);
+            let insertion = insertion_positions(&keys, &ins_keys)?;
             if let Some(positions) = &insertion {
                 permute(&mut values, |i| positions.get(i));
             }
@@ -850,8 +863,9 @@ impl<
         fill: impl FnOnce(&mut Node),
     ) -> PyResult<()> {
         let payload = self.payloads.len() as u32;
-        push_built(&mut self.payloads, || Node::bare(kind, arity, 0, 0));
-        fill(self.payloads.last_mut().expect("just pushed"));
+        fill(push_built(&mut self.payloads, || {
+            Node::bare(kind, arity, 0, 0)
+        }));
         self.push_frame(Some(obj), items, kind, arity, payload, stack)
     }
 
@@ -859,19 +873,11 @@ impl<
     #[inline(always)]
     fn push_seq(
         &mut self,
-        seq: Bound<'py, PyAny>,
+        items: impl FnOnce() -> Items<'py>,
         kind: Kind,
         arity: usize,
         stack: &mut Vec<Frame<'py>>,
     ) -> PyResult<()> {
-        // SAFETY: the caller checked the exact type `kind` names.
-        let items = || unsafe {
-            if kind == Kind::Tuple {
-                Items::Tuple(seq.cast_into_unchecked())
-            } else {
-                Items::List(seq.cast_into_unchecked())
-            }
-        };
         self.push_frame(None, items, kind, arity, NO_PAYLOAD, stack)
     }
 
@@ -909,15 +915,19 @@ impl<
     #[inline(always)]
     fn opened(&mut self, stack: &mut Vec<Frame<'py>>) -> PyResult<()> {
         if stack.len() > self.next_cycle_check {
-            let (new, open) = stack.split_last().expect("just pushed");
-            if let Err(e) = self.check_depth(open, new) {
-                stack.pop();
-                return Err(e);
+            if let Some((new, open)) = stack.split_last() {
+                if let Err(e) = self.check_depth(open, new) {
+                    stack.pop();
+                    return Err(e);
+                }
             }
         }
         if GRAPH {
-            let top = stack.last_mut().expect("just pushed");
-            let obj = top.container().clone();
+            let top = stack.last_mut().invariant("a frame just pushed")?;
+            let obj = top
+                .container()
+                .invariant("a pending frame's container")?
+                .clone();
             top.ordinal = self.memo.keep.len() as u32;
             self.memo.seen.insert(obj.as_ptr() as usize, top.ordinal);
             self.memo.keep.push(obj);
@@ -926,8 +936,10 @@ impl<
         Ok(())
     }
 
+    /// Emits the node of a finished frame; false (a broken invariant) when its payload
+    /// node is missing. A bool, not a `PyResult`: this runs once per node.
     #[inline(always)]
-    fn close(&mut self, frame: &Frame<'py>) {
+    fn close(&mut self, frame: &Frame<'py>) -> bool {
         if GRAPH {
             self.memo.positions[frame.ordinal as usize] = self.nodes.len() as u32;
         }
@@ -936,7 +948,7 @@ impl<
             if has_payload {
                 self.payloads.pop();
             }
-            return;
+            return true;
         }
         let num_leaves = self.leaf_count - frame.leaves_before;
         let num_nodes = self.nodes.len() - frame.nodes_before + 1;
@@ -944,7 +956,10 @@ impl<
         // made or popped there was copied with wide loads right after narrow stores, which
         // stall on store forwarding (perf: a 500-deep chain, a gpt2-like dict).
         if has_payload {
-            let node = move_last(&mut self.payloads, &mut self.nodes);
+            // A frame with a payload pushed it (`push_node`).
+            let Some(node) = move_last(&mut self.payloads, &mut self.nodes) else {
+                return false;
+            };
             node.num_leaves = num_leaves;
             node.num_nodes = num_nodes;
         } else {
@@ -952,6 +967,7 @@ impl<
                 Node::bare(frame.kind, frame.arity, num_leaves, num_nodes)
             });
         }
+        true
     }
 
     /// Past a threshold depth: look for a cycle among the open containers; past the limit,
@@ -962,8 +978,8 @@ impl<
         let mut seen: HashMap<usize, usize> = HashMap::with_capacity(stack.len() + 1);
         let objs = stack
             .iter()
-            .map(|f| f.container())
-            .chain(std::iter::once(new.container()));
+            .filter_map(|f| f.container())
+            .chain(new.container());
         for (depth, obj) in objs.enumerate() {
             if let Some(first) = seen.insert(obj.as_ptr() as usize, depth) {
                 let path = |k: usize| frame_path(self.py, &stack[..k], &self.payloads);
@@ -1009,37 +1025,7 @@ impl<
     }
 }
 
-/// Pushes what `make` builds, built after room is made, so that it is written straight into
-/// the vector's memory rather than made on the native stack and copied (see `push_seq`).
-#[inline(always)]
-fn push_built<T>(v: &mut Vec<T>, make: impl FnOnce() -> T) {
-    v.reserve(1);
-    let len = v.len();
-    // SAFETY: room for one more element was just reserved; the slot past the length is
-    // written once, and only then does the length cover it.
-    unsafe {
-        v.as_mut_ptr().add(len).write(make());
-        v.set_len(len + 1);
-    }
-}
-
-/// Moves the last element of `from` (which must have one) to the end of `to`, memory to
-/// memory, and returns it there.
-#[inline(always)]
-fn move_last<'v, T>(from: &mut Vec<T>, to: &'v mut Vec<T>) -> &'v mut T {
-    let last = from.len().checked_sub(1).expect("an element to move");
-    to.reserve(1);
-    let len = to.len();
-    // SAFETY: `from[last]` is initialized and is given up (the length is cut) as it is copied
-    // bitwise into the slot past `to`'s length, reserved just above, which the length then
-    // covers: the value changes owner once and is neither dropped nor duplicated.
-    unsafe {
-        std::ptr::copy_nonoverlapping(from.as_ptr().add(last), to.as_mut_ptr().add(len), 1);
-        from.set_len(last);
-        to.set_len(len + 1);
-        &mut *to.as_mut_ptr().add(len)
-    }
-}
+use crate::ffi::{move_last, push_built};
 
 thread_local! {
     /// The sizes (leaves, nodes) of the last walk on this thread.
@@ -1105,32 +1091,12 @@ fn dict_get<'py>(
     dict: &Bound<'py, PyDict>,
     key: &Bound<'py, PyAny>,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
-    let py = dict.py();
-    // SAFETY: both pointers are live; the result is a borrowed reference (or NULL with or
-    // without an exception set), turned into an owned one at once.
-    unsafe {
-        let v = ffi::PyDict_GetItemWithError(dict.as_ptr(), key.as_ptr());
-        if v.is_null() {
-            match PyErr::take(py) {
-                Some(e) => Err(e),
-                None => Ok(None),
-            }
-        } else {
-            Ok(Some(Bound::from_borrowed_ptr(py, v)))
-        }
-    }
+    crate::ffi::dict_get_item(dict, key)
 }
 
 /// `list(obj)`: a new list of what iterating `obj` yields.
 pub fn iter_to_list<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
-    // SAFETY: PySequence_List accepts any iterable and returns a new reference or NULL with
-    // an exception set, which `from_owned_ptr_or_err` turns into a PyErr.
-    unsafe {
-        Ok(
-            Bound::from_owned_ptr_or_err(obj.py(), ffi::PySequence_List(obj.as_ptr()))?
-                .cast_into_unchecked(),
-        )
-    }
+    crate::ffi::sequence_list(obj)
 }
 
 /// Up to this many keys, leaf positions are found by a linear scan rather than a hash map.
@@ -1148,10 +1114,9 @@ fn untrack_if_atomic(keys: &Bound<'_, PyList>) -> bool {
             || k.is_none()
     });
     if atomic {
-        // SAFETY: the list is alive and tracked; untracking is what CPython does itself for
-        // containers of atomic objects. It is never mutated to hold anything else: it is
-        // private to the treedef.
-        unsafe { ffi::PyObject_GC_UnTrack(keys.as_ptr().cast()) };
+        // What CPython does itself for containers of atomic objects. The list is never
+        // mutated to hold anything else: it is private to the treedef.
+        crate::ffi::untrack(keys);
     }
     atomic
 }
@@ -1159,40 +1124,18 @@ fn untrack_if_atomic(keys: &Bound<'_, PyList>) -> bool {
 /// Temporaries sized for the small dicts most trees are made of, off the heap.
 type Small<T> = SmallVec<[T; SMALL_MAPPING]>;
 
-/// A dict's keys as a new list, the same keys as pointers (kept alive by that list), and
+/// A dict's keys as a new list, the same keys' addresses (kept theirs by that list), and
 /// its values (owned), all in storage order, which for dict and defaultdict is insertion
 /// order.
-fn dict_items<'py>(
-    dict: &Bound<'py, PyDict>,
-) -> (
-    Bound<'py, PyList>,
-    Small<*mut ffi::PyObject>,
-    Vec<Bound<'py, PyAny>>,
-) {
-    let py = dict.py();
+type DictParts<'py> = (Bound<'py, PyList>, Small<usize>, Vec<Bound<'py, PyAny>>);
+
+/// The `DictParts` of `dict`.
+fn dict_items<'py>(dict: &Bound<'py, PyDict>) -> PyResult<DictParts<'py>> {
     let n = dict.len();
-    let mut ptrs = Small::with_capacity(n);
+    let mut addrs = Small::with_capacity(n);
     let mut values = Vec::with_capacity(n);
-    // SAFETY: PyList_New gives `n` NULL slots, each filled once below with a new reference.
-    // PyDict_Next yields borrowed references valid while the dict is unchanged; no Python
-    // code runs during this loop, and a dict cannot change size without it.
-    let keys = unsafe {
-        let list = Bound::from_owned_ptr(py, ffi::PyList_New(n as ffi::Py_ssize_t));
-        let mut pos: ffi::Py_ssize_t = 0;
-        let mut key: *mut ffi::PyObject = std::ptr::null_mut();
-        let mut value: *mut ffi::PyObject = std::ptr::null_mut();
-        let mut i = 0;
-        while ffi::PyDict_Next(dict.as_ptr(), &mut pos, &mut key, &mut value) != 0 {
-            ffi::Py_INCREF(key);
-            ffi::PyList_SET_ITEM(list.as_ptr(), i as ffi::Py_ssize_t, key);
-            ptrs.push(key);
-            values.push(Bound::from_borrowed_ptr(py, value));
-            i += 1;
-        }
-        assert_eq!(i, n, "a dict holds as many items as its length says");
-        list.cast_into_unchecked::<PyList>()
-    };
-    (keys, ptrs, values)
+    let list = crate::ffi::dict_keys_values(dict, &mut addrs, &mut values)?;
+    Ok((list, addrs, values))
 }
 
 /// How many sorted key lists each thread remembers, direct-mapped by their keys' addresses:
@@ -1208,7 +1151,8 @@ const KEY_LIST_SLOTS: usize = 1024;
 /// never hand them out (node data and pickles copy them), so sharing one is unobservable.
 struct CachedKeys {
     n: usize,
-    keys: [*mut ffi::PyObject; SMALL_MAPPING],
+    /// The keys' addresses (the list holds the keys, so no other object takes them).
+    keys: [usize; SMALL_MAPPING],
     order: [u8; SMALL_MAPPING],
     list: Py<PyList>,
 }
@@ -1217,9 +1161,9 @@ thread_local! {
     static KEY_LISTS: RefCell<Vec<Option<CachedKeys>>> = const { RefCell::new(Vec::new()) };
 }
 
-fn key_list_slot(keys: &[*mut ffi::PyObject]) -> usize {
+fn key_list_slot(keys: &[usize]) -> usize {
     let h = keys.iter().fold(0u64, |h, &k| {
-        (h ^ ((k as usize as u64) >> 4)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        (h ^ ((k as u64) >> 4)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
     });
     (h >> (64 - KEY_LIST_SLOTS.trailing_zeros())) as usize
 }
@@ -1268,27 +1212,13 @@ fn small_str_items<'py>(
     if n > SMALL_MAPPING {
         return None;
     }
-    // Fixed arrays rather than growable vectors: `n` is known to fit.
-    let mut keys = [std::ptr::null_mut::<ffi::PyObject>(); SMALL_MAPPING];
-    let mut values = [std::ptr::null_mut::<ffi::PyObject>(); SMALL_MAPPING];
-    let mut len = 0;
-    // SAFETY: PyDict_Next yields borrowed references valid while the dict is unchanged; no
-    // Python code runs until they are turned into owned references below (comparing exact
-    // str objects runs none).
-    unsafe {
-        let mut pos: ffi::Py_ssize_t = 0;
-        let mut key: *mut ffi::PyObject = std::ptr::null_mut();
-        let mut value: *mut ffi::PyObject = std::ptr::null_mut();
-        while ffi::PyDict_Next(dict.as_ptr(), &mut pos, &mut key, &mut value) != 0 {
-            if ffi::PyUnicode_CheckExact(key) == 0 || len == n {
-                return None;
-            }
-            keys[len] = key;
-            values[len] = value;
-            len += 1;
-        }
-    }
-    if len != n {
+    // The keys' addresses in a fixed array (`n` is known to fit); the values owned at once,
+    // pushed onto `pending` in insertion order and put in place below. The keys are only
+    // compared by address until a sort needs them.
+    let mut keys = [0usize; SMALL_MAPPING];
+    let base = pending.len();
+    if crate::ffi::str_keyed_items(dict, &mut keys, pending)? != n {
+        pending.truncate(base);
         return None;
     }
     let slot = key_list_slot(&keys[..n]);
@@ -1297,75 +1227,62 @@ fn small_str_items<'py>(
             .borrow()
             .get(slot)
             .and_then(Option::as_ref)
-            .filter(|e| e.n == n && e.keys[..n] == keys[..n])
+            // Compared one by one: a slice compare of addresses calls `memcmp`.
+            .filter(|e| e.n == n && e.keys.iter().zip(&keys[..n]).all(|(a, b)| a == b))
             .map(|e| (e.list.clone_ref(py).into_bound(py), e.order))
     });
-    let (list, order) = match cached {
-        Some((list, order)) => {
-            // The values owned in leaf order at once: no Python code has run since PyDict_Next
-            // (a Rust allocation runs none).
-            pending.extend(
-                order[..n]
-                    .iter()
-                    .rev()
-                    // SAFETY: the pointers are still valid: nothing has run since PyDict_Next.
-                    .map(|&i| unsafe { Bound::from_borrowed_ptr(py, values[usize::from(i)]) }),
-            );
-            (list, order)
-        }
-        None => {
-            // Owned before the key list is allocated, which may run the collector.
-            let by_insertion: Small<Bound<'py, PyAny>> = values[..n]
-                .iter()
-                // SAFETY: as just above.
-                .map(|&v| unsafe { Bound::from_borrowed_ptr(py, v) })
-                .collect();
-            let (list, order) = sorted_key_list(py, &keys, n, slot);
-            pending.extend(
-                order[..n]
-                    .iter()
-                    .rev()
-                    .map(|&i| by_insertion[usize::from(i)].clone()),
-            );
-            (list, order)
-        }
+    let Some((list, order)) = cached.or_else(|| sorted_key_list(dict, &keys, n, slot)) else {
+        pending.truncate(base);
+        return None;
     };
+    // The walk pops the values in leaf order: they lie in its reverse, the value of leaf `j`
+    // (inserted `order[j]`-th) at `n - 1 - j`.
     let order = &order[..n];
+    if !reorder(&mut pending[base..], |k| usize::from(order[n - 1 - k])) {
+        pending.truncate(base);
+        return None;
+    }
     if order.iter().enumerate().all(|(j, &i)| j == usize::from(i)) {
         return Some((list, None));
     }
+    // The leaf position of the key inserted `i`-th is nibble `i` of `bits`.
     let bits = order.iter().enumerate().fold(0u64, |bits, (j, &i)| {
         bits | ((j as u64) << (4 * u32::from(i)))
     });
     Some((list, Some(Positions::Nibbles { bits, len: n })))
 }
 
-/// The sorted key list of a small str-keyed dict whose keys (in insertion order) are
-/// `keys[..n]`, and the sort's permutation; remembered in `slot` of this thread's cache.
+/// The sorted key list of a small str-keyed dict whose keys (in insertion order) are at the
+/// addresses `keys[..n]`, and the sort's permutation; remembered in `slot` of this thread's
+/// cache. None when the dict no longer holds those keys.
 #[cold]
 fn sorted_key_list<'py>(
-    py: Python<'py>,
-    keys: &[*mut ffi::PyObject; SMALL_MAPPING],
+    dict: &Bound<'py, PyDict>,
+    keys: &[usize; SMALL_MAPPING],
     n: usize,
     slot: usize,
-) -> (Bound<'py, PyList>, [u8; SMALL_MAPPING]) {
-    // Owned references: allocating the key list below may start a collection, whose
-    // finalizers run Python code that could change the dict and free what it held.
-    let key_refs: Small<Bound<'py, PyAny>> = keys[..n]
-        .iter()
-        // SAFETY: the caller has run no Python code since reading the keys from the dict.
-        .map(|&k| unsafe { Bound::from_borrowed_ptr(py, k) })
-        .collect();
+) -> Option<(Bound<'py, PyList>, [u8; SMALL_MAPPING])> {
+    let py = dict.py();
+    // Owned references, read again from the dict (no Python code has run since the values
+    // were read): allocating the key list below may start a collection, whose finalizers run
+    // Python code that could change the dict and free what it held.
+    let key_refs: Small<Bound<'py, PyAny>> = crate::ffi::dict_items(dict).map(|(k, _)| k).collect();
+    if key_refs.len() != n
+        || key_refs
+            .iter()
+            .zip(keys)
+            .any(|(k, &a)| k.as_ptr() as usize != a)
+    {
+        return None;
+    }
     let mut order = [0u8; SMALL_MAPPING];
     for (i, o) in order.iter_mut().enumerate() {
         *o = i as u8;
     }
     let sorted = &mut order[..n];
-    let greater = |a: u8, b: u8| {
-        // SAFETY: both are live exact str objects (held by `key_refs`); comparing them
-        // cannot fail or run code.
-        unsafe { str_greater(key_refs[a as usize].as_ptr(), key_refs[b as usize].as_ptr()) }
-    };
+    // Both are exact str (checked when read): comparing them cannot fail or run code.
+    let greater =
+        |a: u8, b: u8| crate::ffi::str_greater(&key_refs[a as usize], &key_refs[b as usize]);
     for i in 1..n {
         let mut j = i;
         while j > 0 && greater(sorted[j - 1], sorted[j]) {
@@ -1373,18 +1290,10 @@ fn sorted_key_list<'py>(
             j -= 1;
         }
     }
-    // SAFETY: PyList_New gives `n` NULL slots, each filled once with a new reference to a
-    // key `key_refs` holds.
-    let list = unsafe {
-        let list = Bound::from_owned_ptr(py, ffi::PyList_New(n as ffi::Py_ssize_t));
-        for (j, &i) in sorted.iter().enumerate() {
-            let key = key_refs[i as usize].clone().into_ptr();
-            ffi::PyList_SET_ITEM(list.as_ptr(), j as ffi::Py_ssize_t, key);
-        }
-        // A list of str cannot be part of a reference cycle (see `untrack_if_atomic`).
-        ffi::PyObject_GC_UnTrack(list.as_ptr().cast());
-        list.cast_into_unchecked::<PyList>()
-    };
+    let list =
+        crate::ffi::list_from(py, sorted.iter().map(|&i| key_refs[i as usize].clone())).ok()?;
+    // A list of str cannot be part of a reference cycle (see `untrack_if_atomic`).
+    crate::ffi::untrack(&list);
     if n > 0 {
         let entry = CachedKeys {
             n,
@@ -1401,44 +1310,18 @@ fn sorted_key_list<'py>(
             cache[slot] = Some(entry);
         });
     }
-    (list, order)
-}
-
-/// Whether str `a` sorts after str `b` (code-point order, as `<` on str). Two ASCII strings,
-/// the usual dict keys, compare as byte slices: a third of `PyUnicode_Compare`'s instructions,
-/// which first dispatches on both strings' kinds.
-///
-/// # Safety
-/// `a` and `b` must be live exact str objects.
-unsafe fn str_greater(a: *mut ffi::PyObject, b: *mut ffi::PyObject) -> bool {
-    // SAFETY: the caller passes live str objects; a compact ASCII string (always ready) holds
-    // its `length` bytes right after its header.
-    unsafe {
-        if ffi::PyUnicode_IS_COMPACT_ASCII(a) != 0 && ffi::PyUnicode_IS_COMPACT_ASCII(b) != 0 {
-            let bytes = |s: *mut ffi::PyObject| {
-                std::slice::from_raw_parts(
-                    ffi::PyUnicode_1BYTE_DATA(s).cast_const(),
-                    ffi::PyUnicode_GET_LENGTH(s) as usize,
-                )
-            };
-            return bytes(a) > bytes(b);
-        }
-        ffi::PyUnicode_Compare(a, b) > 0
-    }
+    Some((list, order))
 }
 
 /// For each key in insertion order, its position in leaf (sorted) order; `None` when the two
 /// orders agree. Both hold the same key objects, so positions are found by identity.
 fn insertion_positions(
     sorted: &Bound<'_, PyList>,
-    insertion: &[*mut ffi::PyObject],
-) -> Option<Positions> {
-    let item = |i: usize| {
-        // SAFETY: callers pass indices below the list's length, which nothing changes here.
-        unsafe { ffi::PyList_GET_ITEM(sorted.as_ptr(), i as ffi::Py_ssize_t) }
-    };
+    insertion: &[usize],
+) -> PyResult<Option<Positions>> {
+    let item = |i: usize| crate::ffi::list_item_addr(sorted, i).unwrap_or(0);
     if (0..insertion.len()).all(|i| item(i) == insertion[i]) {
-        return None;
+        return Ok(None);
     }
     let positions: Option<Box<[usize]>> = if insertion.len() <= SMALL_MAPPING {
         insertion
@@ -1449,17 +1332,58 @@ fn insertion_positions(
         let mut at: types::PtrMap<usize> = types::PtrMap::default();
         at.reserve(insertion.len());
         for j in 0..insertion.len() {
-            at.insert(item(j) as usize, j);
+            at.insert(item(j), j);
         }
-        insertion
-            .iter()
-            .map(|p| at.get(&(*p as usize)).copied())
-            .collect()
+        insertion.iter().map(|p| at.get(p).copied()).collect()
     };
     // Sorting only permutes the keys, so every key is found.
-    Some(Positions::Words(positions.expect(
+    Ok(Some(Positions::Words(positions.invariant(
         "the sorted keys are the same objects as the dict's keys",
-    )))
+    )?)))
+}
+
+/// The most values `reorder` moves.
+pub const REORDER_MAX: usize = 32;
+
+/// Reorders `values` so that `values[k]` is the old `values[from(k)]`, following the
+/// permutation's cycles with swaps (no buffer, no allocation). `from` must be a permutation
+/// of `0..values.len()` (at most `REORDER_MAX`): otherwise nothing moves and the result is
+/// false.
+#[inline]
+pub fn reorder<T>(values: &mut [T], from: impl Fn(usize) -> usize) -> bool {
+    let n = values.len();
+    if n > REORDER_MAX {
+        return false;
+    }
+    // Each index asked once; checked to be a permutation before anything moves.
+    let mut at = [0u8; REORDER_MAX];
+    let mut seen = 0u32;
+    for (k, slot) in at.iter_mut().enumerate().take(n) {
+        let i = from(k);
+        if i >= n || seen & (1 << i) != 0 {
+            return false;
+        }
+        seen |= 1 << i;
+        *slot = i as u8;
+    }
+    // Cycle by cycle: `values[k]` takes `values[at[k]]`, which takes `values[at[at[k]]]`, ...
+    let mut done = 0u32;
+    for start in 0..n {
+        if done & (1 << start) != 0 {
+            continue;
+        }
+        let mut k = start;
+        loop {
+            done |= 1 << k;
+            let next = usize::from(at[k]);
+            if next == start {
+                break;
+            }
+            values.swap(k, next);
+            k = next;
+        }
+    }
+    true
 }
 
 /// Moves `values[i]` to `values[positions[i]]` for every `i`, following the permutation's
@@ -1487,11 +1411,7 @@ fn permute<T>(values: &mut [T], positions: impl Fn(usize) -> usize) {
 /// Sorts `keys` in place: by `<`, else (a TypeError, optree's rule) by the qualified name of
 /// the key's type then the key, else insertion order (`original`); JAX's rule (`strict`)
 /// raises ValueError instead. Other exceptions propagate.
-fn sort_keys_in_place(
-    keys: &Bound<'_, PyList>,
-    original: &[*mut ffi::PyObject],
-    strict: bool,
-) -> PyResult<()> {
+fn sort_keys_in_place(keys: &Bound<'_, PyList>, original: &[usize], strict: bool) -> PyResult<()> {
     let py = keys.py();
     let err = match keys.sort() {
         Ok(()) => return Ok(()),
@@ -1500,13 +1420,16 @@ fn sort_keys_in_place(
     // A failed sort leaves its list permuted: put the insertion order back. Every key is
     // alive now (the list holds each, whatever order it left them in), but writing one slot
     // drops the list's reference to the key it displaces, which may be the last one (a key's
-    // `__lt__` may have emptied the dict): take a reference to every key before writing any.
-    // SAFETY: each pointer is one of the list's own items, so each is alive here.
-    let owned: Vec<Bound<'_, PyAny>> = original
-        .iter()
-        .map(|&key| unsafe { Bound::from_borrowed_ptr(py, key) })
-        .collect();
-    for (i, key) in owned.into_iter().enumerate() {
+    // `__lt__` may have emptied the dict): take a reference to every key before writing any,
+    // found by its address.
+    let mut held: types::PtrMap<Bound<'_, PyAny>> = types::PtrMap::default();
+    for key in keys.iter() {
+        held.insert(key.as_ptr() as usize, key);
+    }
+    for (i, addr) in original.iter().enumerate() {
+        let key = held
+            .get(addr)
+            .invariant("a key of the sorted list that the dict did not hold")?;
         keys.set_item(i, key)?;
     }
     if strict {
@@ -1556,7 +1479,7 @@ pub fn sort_keys<'py>(keys: &Bound<'py, PyList>, strict: bool) -> PyResult<Bound
         Ok(()) => {
             let out: Vec<Bound<'py, PyAny>> = pairs
                 .iter()
-                .map(|p| p.cast_into::<PyTuple>().expect("built above").get_item(1))
+                .map(|p| p.cast_into::<PyTuple>()?.get_item(1))
                 .collect::<PyResult<_>>()?;
             PyList::new(py, out)
         }
@@ -1725,57 +1648,32 @@ fn leaf_sequence(
     if opts.is_leaf.is_some() {
         return None;
     }
-    // SAFETY: the exact types are checked before each cast; the item arrays hold `len` live
-    // references, and nothing below runs Python code that could change a list.
-    let (kind, items) = unsafe {
-        let ptr = tree.as_ptr();
-        if tree.is_exact_instance_of::<PyTuple>() {
-            let t = ptr.cast::<ffi::PyTupleObject>();
-            let len = ffi::PyTuple_GET_SIZE(ptr) as usize;
-            (
-                Kind::Tuple,
-                std::slice::from_raw_parts((*t).ob_item.as_ptr(), len),
-            )
-        } else if tree.is_exact_instance_of::<PyList>() {
-            let l = ptr.cast::<ffi::PyListObject>();
-            let len = ffi::PyList_GET_SIZE(ptr) as usize;
-            if len == 0 {
-                (Kind::List, &[][..])
-            } else {
-                (
-                    Kind::List,
-                    std::slice::from_raw_parts((*l).ob_item.cast_const(), len),
-                )
-            }
-        } else {
-            return None;
-        }
+    let (kind, n) = if let Ok(t) = tree.cast_exact::<PyTuple>() {
+        (Kind::Tuple, t.len())
+    } else if let Ok(l) = tree.cast_exact::<PyList>() {
+        (Kind::List, l.len())
+    } else {
+        return None;
     };
     // `collections` is imported when the module loads (never here: that would run Python).
     let deque = types::collections_if_ready(tree.py())?.deque.as_ptr();
-    // SAFETY: the address of the None singleton; no reference is taken.
-    let none = unsafe { ffi::Py_None() };
-    let plain = |&item: &*mut ffi::PyObject| {
-        // SAFETY: a live object's type, and that type's flags: plain data.
-        let (ty, flags) = unsafe {
-            let ty = ffi::Py_TYPE(item);
-            (ty, (*ty).tp_flags)
-        };
-        if registry.scalar_leaf(ty) {
+    // Nothing below runs Python code, so the list cannot change while it is looked at.
+    let plain = |item: crate::ffi::ItemType| {
+        if registry.scalar_leaf(item.ty) {
             return true;
         }
-        if item == none {
+        if item.is_none {
             return opts.none_is_leaf;
         }
-        flags
+        item.flags
             & (ffi::Py_TPFLAGS_TUPLE_SUBCLASS
                 | ffi::Py_TPFLAGS_LIST_SUBCLASS
                 | ffi::Py_TPFLAGS_DICT_SUBCLASS)
             == 0
-            && ty.cast() != deque
-            && (registry.is_empty() || registry.lookup(ty, opts.namespace).is_none())
+            && item.ty.cast() != deque
+            && (registry.is_empty() || registry.lookup(item.ty, opts.namespace).is_none())
     };
-    items.iter().all(plain).then_some((kind, items.len()))
+    crate::ffi::all_item_types(tree, plain).then_some((kind, n))
 }
 
 /// Walks `tree` with the options chosen once, as compile-time parameters.

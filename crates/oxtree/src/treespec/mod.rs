@@ -26,21 +26,18 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 use pyo3::PyTraverseError;
 
-use crate::errors::TreeError;
+use crate::errors::{Invariant, TreeError};
 use crate::kind::Kind;
 use crate::path_text::{self, PathEntry};
 use crate::plugins::Plugin;
 use crate::registry::Registration;
 use crate::types;
 
-pub use dict_template::{dict_version, dict_version_raw};
 pub use flatten::MAX_DEPTH;
 pub use pickle::rebuild_treespec;
 pub use repr::{body_labelled as repr_body_labelled, options as repr_options};
 pub use traverse::flatten_up_to;
-pub use unflatten::{
-    build, collect_leaves, fill_mapping, list_from, make_node, unflatten_iterable,
-};
+pub use unflatten::{build, collect_leaves, fill_mapping, make_node, unflatten_iterable};
 
 /// A list that takes over the references in `items` (whose buffer this thread keeps for the
 /// next walk: see `spare`).
@@ -48,7 +45,7 @@ pub fn unflatten_list<'py>(
     py: Python<'py>,
     mut items: Vec<Bound<'py, PyAny>>,
 ) -> Bound<'py, PyList> {
-    let list = unflatten::list_from(py, items.drain(..));
+    let list = crate::ffi::list_from_vec_infallible(py, &mut items);
     crate::spare::give_back(crate::spare::Slot::Leaves, items);
     list
 }
@@ -58,12 +55,15 @@ pub fn tuple_pair<'py>(
     py: Python<'py>,
     a: Bound<'py, PyAny>,
     b: Bound<'py, PyAny>,
-) -> Bound<'py, PyTuple> {
+) -> PyResult<Bound<'py, PyTuple>> {
     unflatten::tuple_from(py, [a, b].into_iter())
 }
 
 /// A tuple that takes over the references in `items`.
-pub fn tuple_from_vec<'py>(py: Python<'py>, items: Vec<Bound<'py, PyAny>>) -> Bound<'py, PyTuple> {
+pub fn tuple_from_vec<'py>(
+    py: Python<'py>,
+    items: Vec<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyTuple>> {
     unflatten::tuple_from(py, items.into_iter())
 }
 
@@ -96,30 +96,7 @@ pub struct Node {
 /// treespec that holds the node holds one `Arc` of each registration its nodes point to
 /// (`PyTreeSpec::_registrations`, taken by `PyTreeSpec::new` or handed over by a walk); until then whoever made the
 /// node keeps the registration alive (a walk, in `Flat::registrations`).
-#[derive(Clone, Copy)]
-pub struct RegRef(std::ptr::NonNull<Registration>);
-
-// SAFETY: a `RegRef` is a shared reference to a `Registration` (which is `Send + Sync`, as
-// `Arc<Registration>` is shared across threads) that some `Arc` keeps alive.
-unsafe impl Send for RegRef {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for RegRef {}
-
-impl RegRef {
-    pub fn new(reg: &Arc<Registration>) -> RegRef {
-        RegRef(std::ptr::NonNull::from(&**reg))
-    }
-
-    fn get(&self) -> &Registration {
-        // SAFETY: the registration is kept alive by an `Arc` for as long as a node holding
-        // this pointer lives (see the type's documentation).
-        unsafe { self.0.as_ref() }
-    }
-
-    fn as_ptr(&self) -> *const Registration {
-        self.0.as_ptr()
-    }
-}
+pub type RegRef = crate::ffi::Pinned<Registration>;
 
 /// The payloads of mapping and custom nodes.
 #[derive(Default)]
@@ -271,12 +248,23 @@ impl Node {
     }
 
     /// The data of a node kind that always keeps some (namedtuple and struct sequence type,
-    /// defaultdict factory, deque maxlen, custom aux data); panics for other kinds.
-    pub fn kept_data<'a, 'py>(&'a self, py: Python<'py>) -> &'a Bound<'py, PyAny> {
-        self.data
+    /// defaultdict factory, deque maxlen, custom aux data); SystemError for other kinds.
+    pub fn kept<'a, 'py>(&'a self, py: Python<'py>) -> PyResult<&'a Bound<'py, PyAny>> {
+        Ok(self
+            .data
             .as_ref()
-            .expect("this node kind keeps its data")
-            .bind(py)
+            .invariant("a node of a kind that keeps its data without it")?
+            .bind(py))
+    }
+
+    /// `kept`, reading None where a node lacks its data (every maker of these kinds sets
+    /// it: a walk, `make_node`, unpickling), for callers with no error path.
+    pub fn kept_data<'a, 'py>(&'a self, py: Python<'py>) -> &'a Bound<'py, PyAny> {
+        static NONE: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+        match &self.data {
+            Some(d) => d.bind(py),
+            None => NONE.get_or_init(py, || py.None()).bind(py),
+        }
     }
 
     /// The Python type of this node (None for a leaf).
@@ -398,45 +386,22 @@ impl Drop for PyTreeSpec {
     /// Drops only the nodes that hold something: the drop glue called a function per node,
     /// leaves included (an eighth of a 500-deep chain's flatten, treespec freed each call).
     fn drop(&mut self) {
-        let mut nodes = std::mem::ManuallyDrop::new(std::mem::take(&mut self.nodes));
-        for node in nodes.iter_mut() {
-            if !node.holds_nothing() {
-                // SAFETY: each node is dropped at most once, here; the vector's length is set
-                // to zero below before its buffer is freed, so none is dropped again.
-                unsafe { std::ptr::drop_in_place(node) };
-            }
-        }
-        // SAFETY: the vector is still owned (ManuallyDrop); with length zero, dropping it
-        // frees the buffer and touches no node.
-        unsafe {
-            nodes.set_len(0);
-            std::mem::ManuallyDrop::drop(&mut nodes);
-        }
+        crate::ffi::drop_sparse(std::mem::take(&mut self.nodes), |n| !n.holds_nothing());
     }
 }
 
 /// One `Arc` of each registration the custom nodes of `nodes` point to, all of which must be
 /// alive (held by some `Arc`) during the call.
 fn registrations_of(nodes: &[Node]) -> Vec<Arc<Registration>> {
-    let mut ptrs: Vec<*const Registration> = Vec::new();
+    let mut found: Vec<RegRef> = Vec::new();
     for reg in nodes.iter().filter_map(|n| n.custom) {
-        if ptrs.last() != Some(&reg.as_ptr()) {
-            ptrs.push(reg.as_ptr());
+        if found.last().map(RegRef::addr) != Some(reg.addr()) {
+            found.push(reg);
         }
     }
-    ptrs.sort_unstable();
-    ptrs.dedup();
-    ptrs.into_iter()
-        .map(|p| {
-            // SAFETY: `p` points into a live `Arc<Registration>` allocation (the caller's
-            // contract); counting one more reference and taking it as an `Arc` is the clone
-            // of that `Arc`.
-            unsafe {
-                Arc::increment_strong_count(p);
-                Arc::from_raw(p)
-            }
-        })
-        .collect()
+    found.sort_unstable_by_key(RegRef::addr);
+    found.dedup_by_key(|r| r.addr());
+    found.iter().map(RegRef::arc).collect()
 }
 
 /// An empty node vector with room for `size` nodes, a number that came from the input
@@ -485,7 +450,7 @@ impl PyTreeSpec {
         debug_assert!(!nodes.is_empty());
         debug_assert!(nodes.iter().filter_map(|n| n.custom).all(|r| registrations
             .iter()
-            .any(|k| std::ptr::eq(Arc::as_ptr(k), r.as_ptr()))));
+            .any(|k| Arc::as_ptr(k) as usize == r.addr())));
         PyTreeSpec {
             nodes,
             none_is_leaf,
@@ -507,7 +472,10 @@ impl PyTreeSpec {
     }
 
     pub fn root(&self) -> &Node {
-        self.nodes.last().expect("a treespec always has a root")
+        // Every maker of a treespec gives it a root (a walk makes at least one node, and
+        // the algebra builds on roots); an empty one would read as a lone leaf.
+        static LEAF: Node = Node::LEAF;
+        self.nodes.last().unwrap_or(&LEAF)
     }
 
     pub fn num_leaves(&self) -> usize {

@@ -13,11 +13,10 @@
 //! registered Python function, which handles it and words any error. So the native path
 //! changes the speed, never the result.
 
-use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyString, PyTuple, PyType};
+use pyo3::types::{PyDict, PyTuple, PyType};
 
 use super::custom::{Children, Flattened};
 
@@ -89,23 +88,6 @@ pub fn flatten<'py>(obj: &Bound<'py, PyAny>) -> Option<Flattened<'py>> {
     Some((Children::Vec(values), aux, Some(keys)))
 }
 
-/// `object.__setattr__(obj, name, value)`: the type's data descriptor for `name` (a slot,
-/// `__dict__`) or the instance dict, never the class's own `__setattr__`.
-fn generic_setattr(
-    obj: &Bound<'_, PyAny>,
-    name: &Bound<'_, PyString>,
-    value: &Bound<'_, PyAny>,
-) -> PyResult<()> {
-    // SAFETY: the three objects are live for the call (borrowed from bound references);
-    // PyObject_GenericSetAttr takes its own references and returns -1 with an exception set
-    // on failure.
-    let rc = unsafe { ffi::PyObject_GenericSetAttr(obj.as_ptr(), name.as_ptr(), value.as_ptr()) };
-    if rc < 0 {
-        return Err(PyErr::fetch(obj.py()));
-    }
-    Ok(())
-}
-
 /// A Module of class `ty` rebuilt from its aux data and children, or None when the Python
 /// function must do it.
 pub fn unflatten<'py>(
@@ -141,7 +123,7 @@ pub fn unflatten<'py>(
     for (name, child) in names.iter().zip(children.iter()) {
         dict.set_item(name, child)?;
     }
-    generic_setattr(&obj, intern!(py, "_oxtree_def"), aux)?;
-    generic_setattr(&obj, intern!(py, "__dict__"), dict.as_any())?;
+    crate::ffi::generic_setattr(&obj, intern!(py, "_oxtree_def").as_any(), aux)?;
+    crate::ffi::generic_setattr(&obj, intern!(py, "__dict__").as_any(), dict.as_any())?;
     Ok(Some(obj))
 }

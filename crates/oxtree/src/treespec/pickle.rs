@@ -341,7 +341,7 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
             _ => (0, 1),
         };
         for _ in 0..arity {
-            let (l, n) = pending.pop().expect("checked above");
+            let (l, n) = pending.pop().invariant("a child's sizes, checked above")?;
             leaves += l;
             count += n;
         }
@@ -366,6 +366,13 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
             "a JAX treespec has no deque or struct sequence nodes and None is never a leaf",
         ));
     }
+    // A walk names its namespace only when a node used a registration of it (optree's rule):
+    // a state that names one its nodes do not use loads as that walk would make it, so the
+    // treespec flattens back to itself.
+    let namespaced = nodes
+        .iter()
+        .any(|n| n.custom().is_some_and(|r| !r.namespace.is_empty()));
+    let namespace = if namespaced { namespace } else { String::new() };
     let spec = PyTreeSpec::new(nodes, none_is_leaf, namespace).with_face(face);
     drop(registrations);
     Ok(spec)

@@ -122,8 +122,10 @@ fn node_children<'py>(
             if !ok {
                 return Ok(Some(tuple_mismatch(py, node, obj)));
             }
-            // SAFETY: all three kinds are tuples (exactly, or subclasses checked above).
-            let t = unsafe { obj.cast_unchecked::<PyTuple>() };
+            // All three kinds are tuples (exactly, or subclasses checked above).
+            let Ok(t) = obj.cast::<PyTuple>() else {
+                return Err(crate::internal!("a tuple node's object is no tuple"));
+            };
             if t.len() != node.arity {
                 return Ok(Some(Mismatch::Arity { got: t.len() }));
             }
@@ -150,8 +152,10 @@ fn node_children<'py>(
             if !ok {
                 return Ok(Some(Mismatch::NotInstance));
             }
-            // SAFETY: every mapping kind is a dict subclass.
-            let d = unsafe { obj.cast_unchecked::<PyDict>() };
+            // Every mapping kind is a dict subclass (checked above).
+            let Ok(d) = obj.cast::<PyDict>() else {
+                return Err(crate::internal!("a mapping node's object is no dict"));
+            };
             let Some(keys) = node.keys().as_ref() else {
                 return Err(crate::internal!("a mapping node without its keys"));
             };

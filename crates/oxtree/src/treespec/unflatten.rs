@@ -1,7 +1,6 @@
 //! Rebuilding trees from leaves: one loop over the post-order nodes with a value stack.
 
 use pyo3::exceptions::PyTypeError;
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
@@ -134,10 +133,10 @@ fn build_values<'py>(
                 let start = stack.len() - node.arity;
                 dict_from(py, node, stack, start, spec.face)?
             }
-            (Kind::Tuple, Visit::Rebuild) => seq_from_top(py, stack, node.arity, false),
-            (Kind::List, Visit::Rebuild) => seq_from_top(py, stack, node.arity, true),
+            (Kind::Tuple, Visit::Rebuild) => seq_from_top(py, stack, node.arity, false)?,
+            (Kind::List, Visit::Rebuild) => seq_from_top(py, stack, node.arity, true)?,
             (Kind::NamedTuple, Visit::Rebuild) => {
-                namedtuple_from_top(node.kept_data(py), stack, node.arity)?
+                namedtuple_from_top(node.kept(py)?, stack, node.arity)?
             }
             (_, Visit::Rebuild) => {
                 let start = stack.len() - node.arity;
@@ -153,12 +152,12 @@ fn build_values<'py>(
             }
             (_, Visit::JaxWalk { f_node, .. }) => {
                 let start = stack.len() - node.arity;
-                let children = tuple_from(py, stack.drain(start..));
+                let children = tuple_from(py, stack.drain(start..))?;
                 match f_node {
                     Some(f) => {
                         let data = if node.kind == Kind::NamedTuple {
                             // JAX hands a namedtuple's class to walk's f_node.
-                            node.kept_data(py).clone()
+                            node.kept(py)?.clone()
                         } else {
                             let data = super::ops::jax_node_data(py, node)?;
                             if data.is_none() {
@@ -179,7 +178,7 @@ fn build_values<'py>(
             }
             (_, Visit::Walk { f_node, .. }) => {
                 let start = stack.len() - node.arity;
-                let children = tuple_from(py, stack.drain(start..));
+                let children = tuple_from(py, stack.drain(start..))?;
                 match f_node {
                     Some(f) => {
                         let ty = node.py_type(py).unwrap_or_else(|| py.None().into_bound(py));
@@ -199,12 +198,6 @@ fn build_values<'py>(
     stack.pop().invariant("a treespec rebuilt no root")
 }
 
-extern "C" {
-    // CPython's own presized constructor (exported by libpython, left out of pyo3-ffi as
-    // private API): a dict that holds `minused` items without resizing.
-    fn _PyDict_NewPresized(minused: ffi::Py_ssize_t) -> *mut ffi::PyObject;
-}
-
 /// An empty dict with room for `n` items. Measured on a 10,000-key dict rebuild: the
 /// growth steps of an unsized dict are a fifth of the time.
 fn new_dict(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyAny>> {
@@ -212,8 +205,7 @@ fn new_dict(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyAny>> {
     if n <= 5 {
         return Ok(PyDict::new(py).into_any());
     }
-    // SAFETY: returns a new reference to an empty dict, or NULL with an exception set.
-    unsafe { Bound::from_owned_ptr_or_err(py, _PyDict_NewPresized(n as ffi::Py_ssize_t)) }
+    Ok(crate::ffi::dict_presized(py, n)?.into_any())
 }
 
 /// The dict of a `Kind::Dict` node holding the values `stack[start..]` (leaf order), which
@@ -250,56 +242,25 @@ fn rebuild<'py>(
 /// A new tuple (or list) that takes over the top `n` values of `stack`. The hot case of
 /// unflatten, without the draining iterator `make_node` takes: a 500-deep chain of lists spent
 /// a fifth of its own instructions on it.
-#[inline]
+#[inline(always)]
 fn seq_from_top<'py>(
     py: Python<'py>,
     stack: &mut Vec<Bound<'py, PyAny>>,
     n: usize,
     list: bool,
-) -> Bound<'py, PyAny> {
-    // SAFETY: a new sequence of `n` NULL slots (NULL itself on memory error, which
-    // `from_owned_ptr` turns into a panic caught at the boundary, the stack still owning its
-    // values), filled with the matching `SET_ITEM`.
-    unsafe {
-        if list {
-            let seq = Bound::from_owned_ptr(py, ffi::PyList_New(n as ffi::Py_ssize_t));
-            move_top_into(&seq, stack, n, ffi::PyList_SET_ITEM);
-            seq
-        } else {
-            let seq = Bound::from_owned_ptr(py, ffi::PyTuple_New(n as ffi::Py_ssize_t));
-            move_top_into(&seq, stack, n, ffi::PyTuple_SET_ITEM);
-            seq
-        }
+) -> PyResult<Bound<'py, PyAny>> {
+    match crate::ffi::seq_from_top(py, stack, n, list) {
+        Some(seq) => Ok(seq),
+        None => Err(seq_failed(py)),
     }
 }
 
-/// Moves the top `n` values of `stack` into the `n` NULL slots of `seq` with `set`.
-///
-/// # Safety
-/// `seq` must be a new tuple (or tuple subclass instance) or list of exactly `n` NULL slots,
-/// seen by no other code yet, and `set` the matching `SET_ITEM`.
-#[inline(always)]
-unsafe fn move_top_into<'py>(
-    seq: &Bound<'py, PyAny>,
-    stack: &mut Vec<Bound<'py, PyAny>>,
-    n: usize,
-    set: unsafe fn(*mut ffi::PyObject, ffi::Py_ssize_t, *mut ffi::PyObject),
-) {
-    let start = stack.len() - n;
-    // SAFETY: each slot is filled once with a reference read out of the stack, whose length
-    // is cut below those values at once, so each reference changes owner exactly once;
-    // nothing between can run Python code.
-    unsafe {
-        let values = stack.as_ptr().add(start);
-        for i in 0..n {
-            set(
-                seq.as_ptr(),
-                i as ffi::Py_ssize_t,
-                (*values.add(i)).as_ptr(),
-            );
-        }
-        stack.set_len(start);
-    }
+/// Why `seq_from_top` made nothing: a memory error, or a treespec that asked for more values
+/// than were built.
+#[cold]
+#[inline(never)]
+fn seq_failed(py: Python<'_>) -> PyErr {
+    PyErr::take(py).unwrap_or_else(|| crate::internal!("a sequence of more values than were built"))
 }
 
 /// A new instance of the namedtuple class `ty` that takes over the top `n` values of
@@ -314,73 +275,36 @@ fn namedtuple_from_top<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = ty.py();
     if types::plain_namedtuple_arity(ty) != Some(n) {
-        return ty.call1(seq_from_top(py, stack, n, false).cast_into::<PyTuple>()?);
+        return ty.call1(seq_from_top(py, stack, n, false)?.cast_into::<PyTuple>()?);
     }
-    let raw: *mut ffi::PyTypeObject = ty.as_ptr().cast();
-    // SAFETY: `ty` is a tuple subclass (checked, with its version tag, by
-    // `plain_namedtuple_arity`). Its `tp_alloc` returns a new instance with `n` NULL slots
-    // (or NULL with an exception set, the stack still owning its values), each filled once;
-    // a collection meanwhile would skip NULL slots, and none can run, as nothing here runs
-    // Python code. The instance is then tracked by the collector as `tuple.__new__` leaves it.
-    unsafe {
-        let alloc = (*raw).tp_alloc.unwrap_or(ffi::PyType_GenericAlloc);
-        let obj = Bound::from_owned_ptr_or_err(py, alloc(raw, n as ffi::Py_ssize_t))?;
-        move_top_into(&obj, stack, n, ffi::PyTuple_SET_ITEM);
-        if ffi::PyObject_GC_IsTracked(obj.as_ptr()) == 0 {
-            ffi::PyObject_GC_Track(obj.as_ptr().cast());
-        }
-        Ok(obj)
+    // A plain namedtuple class is a tuple subclass (checked, with its version tag, by
+    // `plain_namedtuple_arity`).
+    match ty
+        .cast::<pyo3::types::PyType>()
+        .ok()
+        .and_then(|t| crate::ffi::tuple_subclass_from_top(t, stack, n))
+    {
+        Some(obj) => obj,
+        None => Err(crate::internal!(
+            "a plain namedtuple class that is no tuple subclass"
+        )),
     }
-}
-
-/// Moves `items` into the `n` NULL slots of a new sequence with `set` (which steals).
-///
-/// # Safety
-/// `seq` must be a new tuple or list of exactly `items.len()` NULL slots, seen by no other
-/// code yet, and `set` the matching `SET_ITEM`.
-unsafe fn fill_new<'py>(
-    seq: &Bound<'py, PyAny>,
-    items: impl ExactSizeIterator<Item = Bound<'py, PyAny>>,
-    set: unsafe fn(*mut ffi::PyObject, ffi::Py_ssize_t, *mut ffi::PyObject),
-) {
-    let n = items.len();
-    let mut i = 0;
-    for item in items.take(n) {
-        // SAFETY: slot `i < n` of a new sequence, filled once with a reference it steals.
-        unsafe { set(seq.as_ptr(), i as ffi::Py_ssize_t, item.into_ptr()) };
-        i += 1;
-    }
-    assert_eq!(
-        i, n,
-        "an ExactSizeIterator yielded fewer items than it promised"
-    );
 }
 
 /// A new tuple that takes over the references of `items`.
 pub fn tuple_from<'py>(
     py: Python<'py>,
     items: impl ExactSizeIterator<Item = Bound<'py, PyAny>>,
-) -> Bound<'py, PyTuple> {
-    // SAFETY: PyTuple_New returns a new tuple of `n` NULL slots (NULL on memory error, which
-    // `from_owned_ptr` turns into a panic caught at the boundary), filled by `fill_new`.
-    unsafe {
-        let t = Bound::from_owned_ptr(py, ffi::PyTuple_New(items.len() as ffi::Py_ssize_t));
-        fill_new(&t, items, ffi::PyTuple_SET_ITEM);
-        t.cast_into_unchecked()
-    }
+) -> PyResult<Bound<'py, PyTuple>> {
+    crate::ffi::tuple_from(py, items)
 }
 
 /// A new list that takes over the references of `items`.
 pub fn list_from<'py>(
     py: Python<'py>,
     items: impl ExactSizeIterator<Item = Bound<'py, PyAny>>,
-) -> Bound<'py, PyList> {
-    // SAFETY: as in `tuple_from`, with a new list.
-    unsafe {
-        let l = Bound::from_owned_ptr(py, ffi::PyList_New(items.len() as ffi::Py_ssize_t));
-        fill_new(&l, items, ffi::PyList_SET_ITEM);
-        l.cast_into_unchecked()
-    }
+) -> PyResult<Bound<'py, PyList>> {
+    crate::ffi::list_from(py, items)
 }
 
 /// Fills a mapping in the original dict's order. Children come in leaf (sorted) order; when
@@ -404,17 +328,11 @@ pub fn fill_mapping<'py>(
     } else {
         node.insertion()
     };
-    let exact_dict = target.is_exact_instance_of::<PyDict>();
+    let exact_dict = target.cast_exact::<PyDict>().ok();
     let set = |key: &Bound<'py, PyAny>, value: &Bound<'py, PyAny>| -> PyResult<()> {
-        if exact_dict {
-            // SAFETY: `target` is an exact dict and both pointers are live; PyDict_SetItem
-            // does not steal references.
-            if unsafe { ffi::PyDict_SetItem(target.as_ptr(), key.as_ptr(), value.as_ptr()) } < 0 {
-                return Err(PyErr::fetch(py));
-            }
-            Ok(())
-        } else {
-            target.set_item(key, value)
+        match exact_dict {
+            Some(d) => crate::ffi::dict_set_item(d, key, value),
+            None => target.set_item(key, value),
         }
     };
     match positions {
@@ -438,17 +356,17 @@ pub fn make_node<'py>(
     node: &Node,
     children: impl ExactSizeIterator<Item = Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let data = || node.kept_data(py);
+    let data = || node.kept(py);
     Ok(match node.kind {
-        Kind::Tuple => tuple_from(py, children).into_any(),
-        Kind::List => list_from(py, children).into_any(),
+        Kind::Tuple => tuple_from(py, children)?.into_any(),
+        Kind::List => list_from(py, children)?.into_any(),
         Kind::Dict => dict_from(py, node, &mut children.collect(), 0, face)?,
         Kind::NamedTuple => {
             let mut values = children.collect::<Vec<_>>();
             let n = values.len();
-            namedtuple_from_top(data(), &mut values, n)?
+            namedtuple_from_top(data()?, &mut values, n)?
         }
-        Kind::StructSeq => data().call1((tuple_from(py, children),))?,
+        Kind::StructSeq => data()?.call1((tuple_from(py, children)?,))?,
         Kind::OrderedDict => {
             let d = types::collections(py).ordered_dict.bind(py).call0()?;
             fill_mapping(py, &d, node, &children.collect::<Vec<_>>(), face)?;
@@ -458,22 +376,22 @@ pub fn make_node<'py>(
             let d = types::collections(py)
                 .default_dict
                 .bind(py)
-                .call1((data(),))?;
+                .call1((data()?,))?;
             fill_mapping(py, &d, node, &children.collect::<Vec<_>>(), face)?;
             d
         }
         Kind::Deque => {
-            let items = list_from(py, children);
+            let items = list_from(py, children)?;
             types::collections(py)
                 .deque
                 .bind(py)
-                .call1((items, data()))?
+                .call1((items, data()?))?
         }
         Kind::Custom => {
             let reg = node
                 .custom()
                 .invariant("a custom node without its registration")?;
-            super::custom::unflatten(py, reg, data(), tuple_from(py, children))?
+            super::custom::unflatten(py, reg, data()?, tuple_from(py, children)?)?
         }
         Kind::Leaf | Kind::None => {
             return Err(crate::internal!(
