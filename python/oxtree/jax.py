@@ -338,7 +338,7 @@ class _Out:
     (None when nothing). A JAX node with no children whose aux data is itself, so `jax.jit`
     hands it back unchanged after every call."""
 
-    __slots__ = ("arrays_of", "changes", "graphdef", "merge", "statics")
+    __slots__ = ("arrays_of", "changes", "direct", "graphdef", "merge", "statics")
 
     def __init__(
         self, leaves: list[Any], graphdef: GraphDef, changes: _Changes | None = None
@@ -350,6 +350,9 @@ class _Out:
         self.statics = _getter(statics)(leaves)
         self.arrays_of = _getter(arrays)
         self.changes = changes
+        # The graphdef when the result is rebuilt straight from the compiled arrays (nothing
+        # to write back, no statics to merge): the warm path's one test.
+        self.direct = graphdef if changes is None and self.merge is None else None
 
     def rebuild(self, arrays: tuple[Any, ...]) -> Any:
         merge = self.merge
@@ -684,12 +687,12 @@ class _FilterJit:
             out_arrays, out = compiled(*arrays)
         else:
             out_arrays, out = compiled(arrays[:kept], arrays[kept:])
+        direct = out.direct
+        if direct is not None:
+            return graph_unflatten(direct, out_arrays)
         if out.changes is not None:  # the function changed its arguments
             return out.finish(out_arrays, leaves, (args, kwargs))
-        merge = out.merge  # out.rebuild(out_arrays), inlined
-        return graph_unflatten(
-            out.graphdef, out_arrays if merge is None else merge(out_arrays + out.statics)
-        )
+        return out.rebuild(out_arrays)
 
     def _call_aliased(
         self,
