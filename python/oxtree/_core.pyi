@@ -42,6 +42,7 @@ __all__ = [
     "_graph_rebuild_steps",
     "_set_module_hooks",
     "_split_leaves",
+    "_filter_jit_split",
     "register_pytree_node",
     "unregister_pytree_node",
     "register_static",
@@ -509,6 +510,14 @@ def _rebuild_graphdef(
 ) -> GraphDef: ...
 def _graph_rebuild_steps() -> int: ...
 def _set_module_hooks(flatten: Callable[[Any], Any]) -> None: ...
+def _filter_jit_split(
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+    known: dict[type, bool],
+    classify: Callable[[type], bool],
+    last: tuple[GraphDef, tuple[type, ...], Any] | None,
+    namespace: str,
+) -> tuple[list[Any], GraphDef, tuple[type, ...], tuple[Any, ...], tuple[Any, ...], bool, Any]: ...
 def _split_leaves(
     leaves: list[Any], known: dict[type, bool], last_types: tuple[type, ...] | None = None
 ) -> tuple[tuple[type, ...], tuple[Any, ...], tuple[Any, ...], bool] | None: ...

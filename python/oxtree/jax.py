@@ -46,8 +46,8 @@ from oxtree._core import (
     FlattenedIndexKey,
     GetAttrKey,
     SequenceKey,
+    _filter_jit_split,
     _flatten_one_level,
-    _split_leaves,
     keystr,
     registered_types,
     tree_flatten,
@@ -338,7 +338,7 @@ class _Out:
     (None when nothing). A JAX node with no children whose aux data is itself, so `jax.jit`
     hands it back unchanged after every call."""
 
-    __slots__ = ("arrays_of", "changes", "graphdef", "merge", "statics")
+    __slots__ = ("arrays_of", "changes", "direct", "graphdef", "merge", "statics")
 
     def __init__(
         self, leaves: list[Any], graphdef: GraphDef, changes: _Changes | None = None
@@ -350,6 +350,9 @@ class _Out:
         self.statics = _getter(statics)(leaves)
         self.arrays_of = _getter(arrays)
         self.changes = changes
+        # The graphdef when the result is rebuilt straight from the compiled arrays (nothing
+        # to write back, no statics to merge): the warm path's one test.
+        self.direct = graphdef if changes is None and self.merge is None else None
 
     def rebuild(self, arrays: tuple[Any, ...]) -> Any:
         merge = self.merge
@@ -573,7 +576,7 @@ _DONATE = ("none", "all", "all-except-first")
 class _Entry:
     """Everything filter_jit knows about one input structure (graphdef and leaf types): how to
     put the leaves back in order, and a compiled function per distinct tuple of static leaves.
-    The arrays (and the statics) come in leaf order (see `_split_leaves`)."""
+    The arrays (and the statics) come in leaf order (see `_filter_jit_split`)."""
 
     __slots__ = ("aliased", "compiled", "graphdef", "kept", "merge")
 
@@ -655,23 +658,14 @@ class _FilterJit:
         return functools.partial(self, instance)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        namespace = self._namespace
-        if namespace:
-            leaves, graphdef = graph_flatten(args, kwargs, namespace=namespace)
-        else:  # no keyword argument to parse: a tenth of a small call's overhead
-            leaves, graphdef = graph_flatten(args, kwargs)
-        last = self._last
-        # One pass over the leaves: their types (the last call's tuple itself when they are
-        # the same), the arrays, the statics, and whether an array fills several leaves.
-        split = _split_leaves(leaves, _IS_ARRAY_TYPE, None if last is None else last[1])
-        if split is None:  # a leaf type met for the first time
-            for ty in set(map(type, leaves)):
-                _is_array_type(ty)
-            split = _split_leaves(leaves, _IS_ARRAY_TYPE)
-        types, arrays, statics, aliased = split
-        if last is not None and last[1] is types and last[0] == graphdef:
-            entry = last[2]
-        else:
+        # One crossing: the graph of (args, kwargs), its leaves split into arrays and statics
+        # (the type of each leaf), and the last call's entry when this call has its graphdef
+        # and leaf types (a training loop calls with one structure; comparing with it is a
+        # pointer compare per node and per leaf type, cheaper than hashing a new graphdef).
+        leaves, graphdef, types, arrays, statics, aliased, entry = _filter_jit_split(
+            args, kwargs, _IS_ARRAY_TYPE, _is_array_type, self._last, self._namespace
+        )
+        if entry is None:
             entry = self._entries.get((graphdef, types))
             if entry is None:
                 entry = self._entries[(graphdef, types)] = _Entry(
@@ -689,15 +683,16 @@ class _FilterJit:
             compiled = entry.compiled[statics] = self._compile(entry, statics, None)
         kept = entry.kept
         if kept is None:
-            out_arrays, out = compiled(arrays)
+            # One argument per array: JAX's C++ dispatch takes them without a tuple node.
+            out_arrays, out = compiled(*arrays)
         else:
             out_arrays, out = compiled(arrays[:kept], arrays[kept:])
+        direct = out.direct
+        if direct is not None:
+            return graph_unflatten(direct, out_arrays)
         if out.changes is not None:  # the function changed its arguments
             return out.finish(out_arrays, leaves, (args, kwargs))
-        merge = out.merge  # out.rebuild(out_arrays), inlined
-        return graph_unflatten(
-            out.graphdef, out_arrays if merge is None else merge(out_arrays + out.statics)
-        )
+        return out.rebuild(out_arrays)
 
     def _call_aliased(
         self,
@@ -718,7 +713,7 @@ class _FilterJit:
         if compiled is None:
             compiled = entry.aliased[(statics, pattern)] = self._compile(entry, statics, pattern)
         if entry.kept is None:
-            out_arrays, out = compiled(unique)
+            out_arrays, out = compiled(*unique)
         else:
             # Objects first met among the kept arrays are kept: they come first in `unique`.
             kept = len(set(pattern[: entry.kept]))
@@ -749,8 +744,7 @@ class _FilterJit:
         merge = entry.merge
         expand = None if pattern is None else _getter(pattern)
 
-        def traced(kept: tuple[Any, ...], donated: tuple[Any, ...] = ()) -> Any:
-            arrays = tuple(kept) + tuple(donated)
+        def traced(arrays: tuple[Any, ...]) -> Any:
             if expand is not None:
                 arrays = expand(arrays)
             before = merge(arrays + statics)
@@ -764,8 +758,10 @@ class _FilterJit:
             return (*out.arrays_of(out_leaves), *changed), out
 
         if entry.kept is None:
-            return jax.jit(traced)
-        return jax.jit(traced, donate_argnums=(1,))
+            return jax.jit(lambda *arrays: traced(arrays))
+        return jax.jit(
+            lambda kept, donated: traced(tuple(kept) + tuple(donated)), donate_argnums=(1,)
+        )
 
 
 @overload

@@ -186,6 +186,61 @@ def test_split_leaves() -> None:
     assert _split_leaves([], known) == ((), (), (), False)
 
 
+def test_filter_jit_split() -> None:
+    from oxtree._core import _filter_jit_split
+
+    a, b = object(), object()
+    known: dict[type, bool] = {object: True, str: False}
+    asked: list[type] = []
+
+    def classify(ty: type) -> bool:
+        asked.append(ty)
+        known[ty] = False
+        return False
+
+    shared = ["x", a]
+    args = (shared, b, 1)
+    kwargs = {"k": shared}
+    leaves, gd, types, arrays, statics, aliased, entry = _filter_jit_split(
+        args, kwargs, known, classify, None, ""
+    )
+    expected_leaves, expected_gd = oxtree.graph_flatten(args, kwargs)
+    assert leaves == expected_leaves
+    assert gd == expected_gd
+    assert gd.num_refs == 1  # the list met again through the second root
+    assert types == (str, object, object, int)
+    assert arrays == (a, b)
+    assert statics == ("x", 1)
+    assert aliased is False
+    assert entry is None
+    assert asked == [int]  # only the type `known` lacked, once
+    # The same graphdef and leaf types as the last call's: its entry and types come back.
+    marker = object()
+    last = (gd, types, marker)
+    again = _filter_jit_split((["y", b], a, 2), {"k": None}, known, classify, last, "")
+    assert again[6] is None  # kwargs hold no reference now: another graphdef
+    again = _filter_jit_split(args, kwargs, known, classify, last, "")
+    assert again[2] is types
+    assert again[6] is marker
+    # The same graphdef, other leaf types: no entry.
+    strings = ["x", "a"]
+    other = _filter_jit_split((strings, b, 1), {"k": strings}, known, classify, last, "")
+    assert other[1] == gd
+    assert other[2] == (str, str, object, int)
+    assert other[6] is None
+    # One array object in two leaves; no kwargs at all is an empty dict.
+    found = _filter_jit_split((a, a), None, known, classify, None, "")
+    assert found[5] is True
+    assert found[1] == oxtree.graph_flatten((a, a), {})[1]
+
+    # A classifier's error comes through, and the walk's errors are the graph walk's.
+    def broken(ty: type) -> bool:
+        raise RuntimeError(f"cannot classify {ty.__name__}")
+
+    with pytest.raises(RuntimeError, match="cannot classify float"):
+        _filter_jit_split((1.5,), {}, known, broken, None, "")
+
+
 def test_filter_jit_on_modules_keeps_results() -> None:
     import jax.numpy as jnp
     import oxtree.jax as oxjax

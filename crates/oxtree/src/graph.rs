@@ -25,7 +25,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyDict, PyList, PyTuple, PyType};
 use pyo3::PyTraverseError;
 
 use crate::errors::{type_name, Invariant, TreeError};
@@ -379,9 +379,19 @@ pub fn graph_flatten<'py>(
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, GraphDef>)> {
     walk::check_is_leaf(is_leaf)?;
     let opts = Options::new(is_leaf, none_is_leaf, namespace);
-    let reg = registry::snapshot();
     let roots: Vec<Bound<'py, PyAny>> = roots.iter().collect();
-    let mut g = flatten::flatten_graph(py, &roots, &opts, &reg)?;
+    let (leaves, gd) = flatten_roots(py, &roots, &opts)?;
+    Ok((walk::list_from_vec(py, leaves), gd))
+}
+
+/// The leaves and graphdef of `roots`, flattened as one graph (`graph_flatten`'s work).
+fn flatten_roots<'py>(
+    py: Python<'py>,
+    roots: &[Bound<'py, PyAny>],
+    opts: &Options<'_, 'py>,
+) -> PyResult<(Vec<Bound<'py, PyAny>>, Bound<'py, GraphDef>)> {
+    let reg = registry::snapshot();
+    let mut g = flatten::flatten_graph(py, roots, opts, &reg)?;
     let positions = &g.memo.positions;
     let refs: Box<[(u32, u32)]> = g
         .memo
@@ -390,7 +400,7 @@ pub fn graph_flatten<'py>(
         .map(|&(leaf, ordinal)| (leaf, positions[ordinal as usize]))
         .collect();
     let acyclic = g.flat.acyclic;
-    let skeleton = walk::flat_spec(py, &mut g.flat, &opts)?;
+    let skeleton = walk::flat_spec(py, &mut g.flat, opts)?;
     let gd = GraphDef {
         skeleton: skeleton.unbind(),
         num_roots: roots.len(),
@@ -398,7 +408,7 @@ pub fn graph_flatten<'py>(
         hash: OnceLock::new(),
     };
     let gd = walk::untracked_if(Bound::new(py, gd)?, acyclic);
-    Ok((walk::list_from_vec(py, g.flat.leaves), gd))
+    Ok((g.flat.leaves, gd))
 }
 
 /// Rebuilds what `graph_flatten` flattened, every shared object built once and every
@@ -442,28 +452,17 @@ pub fn graph_unflatten<'py>(
     }
 }
 
-/// What `oxtree.jax.filter_jit` needs of a graph's leaves on every call, in one pass: the
-/// tuple of their types (`last_types` itself when they are the same types as there, so the
-/// caller's cache check is one identity test), the array leaves and the other (static)
-/// leaves, each in leaf order, and whether one array object fills several leaves. `known`
-/// maps a type to whether its instances are arrays; None is returned when a leaf's type is
-/// not in it (the caller classifies the types and calls again).
-#[pyfunction]
-#[pyo3(signature = (leaves, known, last_types = None))]
+/// The types of `leaves`, their array leaves and their static leaves (each in leaf order),
+/// and whether one array object fills several leaves; `classify(leaf)` says whether a leaf
+/// is an array (None when it cannot tell). `types` is `last_types` itself when the leaves
+/// have the same types as there.
 #[allow(clippy::type_complexity)]
-pub fn _split_leaves<'py>(
+fn split<'py>(
     py: Python<'py>,
-    leaves: &Bound<'py, PyList>,
-    known: &Bound<'py, PyDict>,
+    leaves: impl ExactSizeIterator<Item = Bound<'py, PyAny>>,
+    mut classify: impl FnMut(&Bound<'py, PyType>) -> PyResult<Option<bool>>,
     last_types: Option<Bound<'py, PyTuple>>,
-) -> PyResult<
-    Option<(
-        Bound<'py, PyTuple>,
-        Bound<'py, PyTuple>,
-        Bound<'py, PyTuple>,
-        bool,
-    )>,
-> {
+) -> PyResult<Option<Split<'py>>> {
     let n = leaves.len();
     let mut types = Vec::with_capacity(n);
     let mut arrays = Vec::with_capacity(n);
@@ -473,11 +472,11 @@ pub fn _split_leaves<'py>(
     let mut aliased = false;
     let mut last_ty = std::ptr::null_mut();
     let mut is_array = false;
-    for leaf in leaves.iter() {
+    for leaf in leaves {
         let ty = leaf.get_type();
         if ty.as_type_ptr() != last_ty {
-            match known.get_item(&ty)? {
-                Some(flag) => is_array = flag.is_truthy()?,
+            match classify(&ty)? {
+                Some(flag) => is_array = flag,
                 None => return Ok(None),
             }
             last_ty = ty.as_type_ptr();
@@ -497,16 +496,136 @@ pub fn _split_leaves<'py>(
                 .zip(&types)
                 .all(|(a, b)| a.as_ptr() == b.as_ptr())
     });
-    let types = match same {
-        Some(last) => last,
-        None => PyTuple::new(py, types)?,
+    let (types, same) = match same {
+        Some(last) => (last, true),
+        None => (PyTuple::new(py, types)?, false),
     };
-    Ok(Some((
+    Ok(Some(Split {
         types,
-        ts::tuple_from_vec(py, arrays)?,
-        ts::tuple_from_vec(py, statics)?,
+        same,
+        arrays: ts::tuple_from_vec(py, arrays)?,
+        statics: ts::tuple_from_vec(py, statics)?,
         aliased,
-    )))
+    }))
+}
+
+/// What [`split`] finds.
+struct Split<'py> {
+    types: Bound<'py, PyTuple>,
+    /// Whether `types` is the `last_types` given.
+    same: bool,
+    arrays: Bound<'py, PyTuple>,
+    statics: Bound<'py, PyTuple>,
+    aliased: bool,
+}
+
+/// Whether `known` (type -> bool) says a type's instances are arrays; None when it lacks it.
+fn lookup(known: &Bound<'_, PyDict>, ty: &Bound<'_, PyType>) -> PyResult<Option<bool>> {
+    known.get_item(ty)?.map(|flag| flag.is_truthy()).transpose()
+}
+
+/// What `oxtree.jax.filter_jit` needs of a graph's leaves, in one pass: the tuple of their
+/// types (`last_types` itself when they are the same types as there, so the caller's cache
+/// check is one identity test), the array leaves and the other (static) leaves, each in leaf
+/// order, and whether one array object fills several leaves. `known` maps a type to whether
+/// its instances are arrays; None is returned when a leaf's type is not in it (the caller
+/// classifies the types and calls again).
+#[pyfunction]
+#[pyo3(signature = (leaves, known, last_types = None))]
+#[allow(clippy::type_complexity)]
+pub fn _split_leaves<'py>(
+    py: Python<'py>,
+    leaves: &Bound<'py, PyList>,
+    known: &Bound<'py, PyDict>,
+    last_types: Option<Bound<'py, PyTuple>>,
+) -> PyResult<
+    Option<(
+        Bound<'py, PyTuple>,
+        Bound<'py, PyTuple>,
+        Bound<'py, PyTuple>,
+        bool,
+    )>,
+> {
+    let found = split(py, leaves.iter(), |ty| lookup(known, ty), last_types)?;
+    Ok(found.map(|s| (s.types, s.arrays, s.statics, s.aliased)))
+}
+
+/// A warm `oxtree.jax.filter_jit` call's work before the compiled function, in one crossing:
+/// flattens `(args, kwargs)` as one graph of two roots (in `namespace`) and splits its leaves
+/// as `_split_leaves` does, asking `classify(type)` (which must answer a bool, and may
+/// remember it in `known`) about a type `known` lacks. `last` is the previous call's
+/// `(graphdef, types, entry)`, or None. Returns `(leaves, graphdef, types, arrays, statics,
+/// aliased, entry)`: `entry` is `last`'s when this call has its graphdef and leaf types (and
+/// `types` is then its tuple), else None.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+pub fn _filter_jit_split<'py>(
+    py: Python<'py>,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+    known: &Bound<'py, PyDict>,
+    classify: &Bound<'py, PyAny>,
+    last: &Bound<'py, PyAny>,
+    namespace: &str,
+) -> PyResult<(
+    Bound<'py, PyList>,
+    Bound<'py, GraphDef>,
+    Bound<'py, PyTuple>,
+    Bound<'py, PyTuple>,
+    Bound<'py, PyTuple>,
+    bool,
+    Bound<'py, PyAny>,
+)> {
+    let kwargs = match kwargs {
+        Some(k) => k.clone(),
+        None => PyDict::new(py),
+    };
+    let opts = Options::new(None, false, namespace);
+    let roots = [args.clone().into_any(), kwargs.into_any()];
+    let (leaves, gd) = flatten_roots(py, &roots, &opts)?;
+    let last = match last.cast::<PyTuple>() {
+        Ok(t) if t.len() == 3 => Some(t),
+        _ => None,
+    };
+    let last_types = match last {
+        Some(t) => t.get_item(1)?.cast_into::<PyTuple>().ok(),
+        None => None,
+    };
+    let s = split(
+        py,
+        leaves.iter().cloned(),
+        |ty| match lookup(known, ty)? {
+            Some(flag) => Ok(Some(flag)),
+            None => classify.call1((ty,))?.is_truthy().map(Some),
+        },
+        last_types,
+    )?
+    .invariant("a classifier answers every type")?;
+    let mut entry = py.None().into_bound(py);
+    if let (true, Some(last)) = (s.same, last) {
+        let last_gd = last.get_item(0)?;
+        if let Ok(last_gd) = last_gd.cast::<GraphDef>() {
+            if same_graphdef(py, gd.get(), last_gd.get())? {
+                entry = last.get_item(2)?;
+            }
+        }
+    }
+    Ok((
+        walk::list_from_vec(py, leaves),
+        gd,
+        s.types,
+        s.arrays,
+        s.statics,
+        s.aliased,
+        entry,
+    ))
+}
+
+/// Whether two graphdefs are equal (`==`).
+fn same_graphdef(py: Python<'_>, a: &GraphDef, b: &GraphDef) -> PyResult<bool> {
+    Ok(a.num_roots == b.num_roots
+        && a.refs == b.refs
+        && a.skeleton.bind(py).eq(b.skeleton.bind(py))?)
 }
 
 fn repr(gd: &GraphDef, py: Python<'_>) -> PyResult<String> {
@@ -624,10 +743,7 @@ impl GraphDef {
         let Ok(other) = other.cast::<GraphDef>() else {
             return Ok(false);
         };
-        let other = other.get();
-        Ok(self.num_roots == other.num_roots
-            && self.refs == other.refs
-            && self.skeleton.bind(py).eq(other.skeleton.bind(py))?)
+        same_graphdef(py, self, other.get())
     }
 
     fn __ne__(&self, other: &Bound<'_, PyAny>) -> PyResult<bool> {
