@@ -212,9 +212,11 @@ pub fn untrack<T>(obj: &Bound<'_, T>) {
 #[inline]
 pub fn track(obj: &Bound<'_, PyAny>) {
     // SAFETY: a live, fully initialized object (every slot filled); tracking an untracked GC
-    // object is what its constructor would have done.
+    // object is what its constructor would have done. `PyObject_GC_IsTracked` is 0 for a
+    // non-GC object (it tests `PyObject_IS_GC` itself), so asking it first spares the common
+    // case (`PyType_GenericAlloc` already tracked the instance) the second call.
     unsafe {
-        if sys::PyObject_IS_GC(obj.as_ptr()) != 0 && sys::PyObject_GC_IsTracked(obj.as_ptr()) == 0 {
+        if sys::PyObject_GC_IsTracked(obj.as_ptr()) == 0 && sys::PyObject_IS_GC(obj.as_ptr()) != 0 {
             sys::PyObject_GC_Track(obj.as_ptr().cast());
         }
     }
@@ -446,21 +448,20 @@ pub fn seq_from_top<'py>(
 }
 
 /// A new instance of the tuple subclass `ty` holding the top `n` values of `stack`, which
-/// move into it: what `tuple.__new__(ty, values)` makes, without an argument tuple. None
-/// when `ty` is not a tuple subclass.
+/// move into it: what `tuple.__new__(ty, values)` makes, without an argument tuple. A
+/// SystemError (the caller's invariant broken), with `stack` untouched, when `ty` is not a
+/// tuple subclass or `stack` holds fewer than `n` values.
 #[inline]
 pub fn tuple_subclass_from_top<'py>(
     ty: &Bound<'py, PyType>,
     stack: &mut Vec<Bound<'py, PyAny>>,
     n: usize,
-) -> Option<PyResult<Bound<'py, PyAny>>> {
+) -> PyResult<Bound<'py, PyAny>> {
     if type_flags(ty) & sys::Py_TPFLAGS_TUPLE_SUBCLASS == 0 {
-        return None;
+        return Err(no_tuple_subclass());
     }
     if n > stack.len() {
-        return Some(Err(crate::internal!(
-            "a sequence of more values than were built"
-        )));
+        return Err(too_few_values());
     }
     let raw = ty.as_type_ptr();
     // SAFETY: `ty` is a tuple subclass (checked), whose `tp_alloc` returns a new instance
@@ -470,14 +471,25 @@ pub fn tuple_subclass_from_top<'py>(
     // as `tuple.__new__` leaves it.
     unsafe {
         let alloc = (*raw).tp_alloc.unwrap_or(sys::PyType_GenericAlloc);
-        let obj = match Bound::from_owned_ptr_or_err(ty.py(), alloc(raw, n as sys::Py_ssize_t)) {
-            Ok(obj) => obj,
-            Err(e) => return Some(Err(e)),
-        };
+        let obj = Bound::from_owned_ptr_or_err(ty.py(), alloc(raw, n as sys::Py_ssize_t))?;
         move_top_into(&obj, stack, stack.len() - n, sys::PyTuple_SET_ITEM);
         track(&obj);
-        Some(Ok(obj))
+        Ok(obj)
     }
+}
+
+/// Why `tuple_subclass_from_top` made nothing: a class that is no tuple subclass.
+#[cold]
+#[inline(never)]
+fn no_tuple_subclass() -> PyErr {
+    crate::internal!("a tuple subclass instance asked of a class that is no tuple subclass")
+}
+
+/// Why `tuple_subclass_from_top` made nothing: fewer values than asked for.
+#[cold]
+#[inline(never)]
+fn too_few_values() -> PyErr {
+    crate::internal!("a sequence of more values than were built")
 }
 
 /// Moves the values of `stack` past `start` into the NULL slots of `seq` with `set` (which

@@ -3,7 +3,6 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use pyo3::ffi;
@@ -127,9 +126,12 @@ pub fn is_scalar_type(ty: *mut ffi::PyTypeObject) -> bool {
 static TUPLE_KINDS: TypeCache<Kind> = TypeCache::new(TUPLE_CACHE_LIMIT);
 
 fn version_tag(ty: &Bound<'_, PyAny>) -> Option<u32> {
-    let Ok(ty) = ty.cast::<PyType>() else {
-        return None;
-    };
+    type_version_tag(ty.cast::<PyType>().ok()?)
+}
+
+/// `version_tag` of a type.
+#[inline]
+fn type_version_tag(ty: &Bound<'_, PyType>) -> Option<u32> {
     let (flags, tag) = crate::ffi::type_flags_and_tag(ty);
     // Up to 3.12 a modified type loses Py_TPFLAGS_VALID_VERSION_TAG (3.11 keeps the old
     // tag); from 3.13 the flag is never set and a modified type's tag is 0. Without this
@@ -192,6 +194,19 @@ pub struct PlainNew {
 }
 
 impl PlainNew {
+    /// A second proof holding the same objects (for a thread's slot: its checks then read
+    /// the slot itself, not a shared allocation behind it).
+    fn clone_ref(&self, py: Python<'_>) -> PlainNew {
+        PlainNew {
+            arity: self.arity,
+            func: self.func.clone_ref(py),
+            code: self.code.clone_ref(py),
+            globals: self.globals.clone_ref(py),
+            globals_version: self.globals_version,
+            tuple_new: self.tuple_new.clone_ref(py),
+        }
+    }
+
     /// Whether `ty` (the class this was made for, with the same version tag) still builds
     /// instances the checked way. The version tag covers the class's own attributes
     /// (`__new__`, `__init__`, slots); this covers what can change without touching the class:
@@ -217,35 +232,29 @@ impl PlainNew {
 /// Namedtuple classes checked by `plain_namedtuple_arity`: the proof, or None.
 static PLAIN_NAMEDTUPLES: TypeCache<Option<Arc<PlainNew>>> = TypeCache::new(TUPLE_CACHE_LIMIT);
 
-/// Changed by every insertion into `PLAIN_NAMEDTUPLES` (which may drop proofs): a thread's
-/// remembered `Check` counts only while the epoch it was taken in lasts.
-static PLAIN_EPOCH: AtomicU64 = AtomicU64::new(1);
-
 /// The number of fields of `ty` when calling it with that many positional arguments is
 /// exactly `tuple.__new__(ty, args)`: a tuple subclass whose metaclass is `type`, whose
 /// `__init__` is object's, and whose `__new__` is the one `collections.namedtuple` generates
 /// (a function of `_cls` and one argument per field, whose body refers to no global but
 /// `_tuple_new`, which is `tuple.__new__`). None otherwise. The finding is cached under the
 /// type's version tag, which any change of the class's attributes renews, and checked again
-/// on every call against what can change without one (`Check::holds`).
-pub fn plain_namedtuple_arity(ty: &Bound<'_, PyAny>) -> Option<usize> {
+/// on every call against what can change without one (`PlainNew::holds`).
+pub fn plain_namedtuple_arity(cls: &Bound<'_, PyType>) -> Option<usize> {
+    let ty = cls.as_any();
     // In front of the shared cache (a lock and a hash lookup: an eighth of a namedtuple-heavy
     // unflatten), each thread remembers a few types by address, checked with the version tag.
-    let tag = version_tag(ty);
+    let tag = type_version_tag(cls);
     let slot = (ty.as_ptr() as usize >> 4) % RECENT_NAMEDTUPLES;
     if let Some(tag) = tag {
         let hit = RECENT.with(|r| {
             // `holds` runs no Python code: nothing borrows the slot meanwhile.
             let seen = r[slot].borrow();
-            if seen.addr != ty.as_ptr() as usize
-                || seen.tag != tag
-                || seen.epoch != PLAIN_EPOCH.load(Ordering::Relaxed)
-            {
+            if seen.addr != ty.as_ptr() as usize || seen.tag != tag {
                 return None;
             }
             match &seen.check {
                 None => Some(None),
-                Some(check) if check.holds(ty) => Some(seen.arity),
+                Some(check) if check.holds(ty) => Some(Some(check.arity)),
                 Some(_) => None,
             }
         });
@@ -262,20 +271,18 @@ pub fn plain_namedtuple_arity(ty: &Bound<'_, PyAny>) -> Option<usize> {
                 .unwrap_or(None)
                 .map(Arc::new);
             PLAIN_NAMEDTUPLES.insert(ty, proof.clone());
-            PLAIN_EPOCH.fetch_add(1, Ordering::Relaxed);
             proof
         }
     };
     let arity = proof.as_ref().map(|p| p.arity);
-    // The lookups may have given the type its tag. Nothing since the insertion ran Python code
-    // (the GIL is held throughout), so the shared cache holds `proof` in this epoch.
-    if let Some(tag) = version_tag(ty) {
+    // The lookups may have given the type its tag. The slot is keyed as the shared cache is
+    // (address and version tag) and holds its own references to the proof's objects, so it
+    // needs no word from the shared cache (which may drop the proof later) to stay valid.
+    if let Some(tag) = type_version_tag(cls) {
         let recent = Recent {
             addr: ty.as_ptr() as usize,
             tag,
-            epoch: PLAIN_EPOCH.load(Ordering::Relaxed),
-            arity,
-            check: proof,
+            check: proof.as_ref().map(|p| p.clone_ref(ty.py())),
         };
         // The slot's old proof is released after the slot is written (its objects' release
         // may run Python code, which may look here again).
@@ -291,16 +298,15 @@ const RECENT_NAMEDTUPLES: usize = 16;
 struct Recent {
     addr: usize,
     tag: u32,
-    epoch: u64,
-    arity: Option<usize>,
-    check: Option<Arc<PlainNew>>,
+    /// The proof itself (its own references), not an `Arc` of the shared cache's: one
+    /// pointer hop less per namedtuple, and no need to know whether the shared cache still
+    /// holds it.
+    check: Option<PlainNew>,
 }
 
 const NO_RECENT: Recent = Recent {
     addr: 0,
     tag: 0,
-    epoch: 0,
-    arity: None,
     check: None,
 };
 

@@ -273,21 +273,13 @@ fn namedtuple_from_top<'py>(
     stack: &mut Vec<Bound<'py, PyAny>>,
     n: usize,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let py = ty.py();
-    if types::plain_namedtuple_arity(ty) != Some(n) {
-        return ty.call1(seq_from_top(py, stack, n, false)?.cast_into::<PyTuple>()?);
-    }
-    // A plain namedtuple class is a tuple subclass (checked, with its version tag, by
-    // `plain_namedtuple_arity`).
-    match ty
-        .cast::<pyo3::types::PyType>()
-        .ok()
-        .and_then(|t| crate::ffi::tuple_subclass_from_top(t, stack, n))
-    {
-        Some(obj) => obj,
-        None => Err(crate::internal!(
-            "a plain namedtuple class that is no tuple subclass"
-        )),
+    match ty.cast::<pyo3::types::PyType>() {
+        // A plain namedtuple class is a tuple subclass (checked, with its version tag, by
+        // `plain_namedtuple_arity`; `tuple_subclass_from_top` checks it again).
+        Ok(cls) if types::plain_namedtuple_arity(cls) == Some(n) => {
+            crate::ffi::tuple_subclass_from_top(cls, stack, n)
+        }
+        _ => ty.call1(seq_from_top(ty.py(), stack, n, false)?.cast_into::<PyTuple>()?),
     }
 }
 
