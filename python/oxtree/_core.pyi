@@ -41,7 +41,6 @@ __all__ = [
     "_rebuild_graphdef",
     "_graph_rebuild_steps",
     "_set_module_hooks",
-    "_split_leaves",
     "_filter_jit_split",
     "register_pytree_node",
     "unregister_pytree_node",
@@ -518,6 +517,3 @@ def _filter_jit_split(
     last: tuple[GraphDef, tuple[type, ...], Any] | None,
     namespace: str,
 ) -> tuple[list[Any], GraphDef, tuple[type, ...], tuple[Any, ...], tuple[Any, ...], bool, Any]: ...
-def _split_leaves(
-    leaves: list[Any], known: dict[type, bool], last_types: tuple[type, ...] | None = None
-) -> tuple[tuple[type, ...], tuple[Any, ...], tuple[Any, ...], bool] | None: ...

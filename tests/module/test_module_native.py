@@ -159,33 +159,6 @@ def test_rebuilt_modules_flatten_natively_again() -> None:
 # filter_jit's one pass over the leaves
 
 
-def test_split_leaves() -> None:
-    from oxtree._core import _split_leaves
-
-    a, b = object(), object()
-    known = {object: True, str: False, int: False}
-    leaves = [a, "x", b, 1]
-    types, arrays, statics, aliased = _split_leaves(leaves, known)
-    assert types == (object, str, object, int)
-    assert arrays == (a, b)
-    assert statics == ("x", 1)
-    assert aliased is False
-    # The same types as the last call's: that very tuple comes back.
-    again = _split_leaves([b, "y", a, 2], known, types)
-    assert again is not None
-    assert again[0] is types
-    other = _split_leaves(["y", "y", a, 2], known, types)
-    assert other is not None
-    assert other[0] is not types
-    assert other[0][0] is str
-    # One array object in two leaves.
-    assert _split_leaves([a, a], known)[3] is True  # type: ignore[index]
-    assert _split_leaves(["s", "s"], known)[3] is False  # type: ignore[index]
-    # A type it was not told about: the caller must classify it first.
-    assert _split_leaves([a, 1.5], known) is None
-    assert _split_leaves([], known) == ((), (), (), False)
-
-
 def test_filter_jit_split() -> None:
     from oxtree._core import _filter_jit_split
 
@@ -232,6 +205,9 @@ def test_filter_jit_split() -> None:
     found = _filter_jit_split((a, a), None, known, classify, None, "")
     assert found[5] is True
     assert found[1] == oxtree.graph_flatten((a, a), {})[1]
+    # Equal static leaves are no aliasing; no leaves at all split into empty tuples.
+    assert _filter_jit_split(("s", "s"), None, known, classify, None, "")[5] is False
+    assert _filter_jit_split((), None, known, classify, None, "")[2:6] == ((), (), (), False)
 
     # A classifier's error comes through, and the walk's errors are the graph walk's.
     def broken(ty: type) -> bool:

@@ -453,16 +453,15 @@ pub fn graph_unflatten<'py>(
 }
 
 /// The types of `leaves`, their array leaves and their static leaves (each in leaf order),
-/// and whether one array object fills several leaves; `classify(leaf)` says whether a leaf
-/// is an array (None when it cannot tell). `types` is `last_types` itself when the leaves
-/// have the same types as there.
-#[allow(clippy::type_complexity)]
+/// and whether one array object fills several leaves; `classify(type)` says whether a type's
+/// instances are arrays. `types` is `last_types` itself when the leaves have the same types as
+/// there.
 fn split<'py>(
     py: Python<'py>,
     leaves: impl ExactSizeIterator<Item = Bound<'py, PyAny>>,
-    mut classify: impl FnMut(&Bound<'py, PyType>) -> PyResult<Option<bool>>,
+    mut classify: impl FnMut(&Bound<'py, PyType>) -> PyResult<bool>,
     last_types: Option<Bound<'py, PyTuple>>,
-) -> PyResult<Option<Split<'py>>> {
+) -> PyResult<Split<'py>> {
     let n = leaves.len();
     let mut types = Vec::with_capacity(n);
     let mut arrays = Vec::with_capacity(n);
@@ -475,10 +474,7 @@ fn split<'py>(
     for leaf in leaves {
         let ty = leaf.get_type();
         if ty.as_type_ptr() != last_ty {
-            match classify(&ty)? {
-                Some(flag) => is_array = flag,
-                None => return Ok(None),
-            }
+            is_array = classify(&ty)?;
             last_ty = ty.as_type_ptr();
         }
         types.push(ty);
@@ -500,13 +496,13 @@ fn split<'py>(
         Some(last) => (last, true),
         None => (PyTuple::new(py, types)?, false),
     };
-    Ok(Some(Split {
+    Ok(Split {
         types,
         same,
         arrays: ts::tuple_from_vec(py, arrays)?,
         statics: ts::tuple_from_vec(py, statics)?,
         aliased,
-    }))
+    })
 }
 
 /// What [`split`] finds.
@@ -519,41 +515,12 @@ struct Split<'py> {
     aliased: bool,
 }
 
-/// Whether `known` (type -> bool) says a type's instances are arrays; None when it lacks it.
-fn lookup(known: &Bound<'_, PyDict>, ty: &Bound<'_, PyType>) -> PyResult<Option<bool>> {
-    known.get_item(ty)?.map(|flag| flag.is_truthy()).transpose()
-}
-
-/// What `oxtree.jax.filter_jit` needs of a graph's leaves, in one pass: the tuple of their
-/// types (`last_types` itself when they are the same types as there, so the caller's cache
-/// check is one identity test), the array leaves and the other (static) leaves, each in leaf
-/// order, and whether one array object fills several leaves. `known` maps a type to whether
-/// its instances are arrays; None is returned when a leaf's type is not in it (the caller
-/// classifies the types and calls again).
-#[pyfunction]
-#[pyo3(signature = (leaves, known, last_types = None))]
-#[allow(clippy::type_complexity)]
-pub fn _split_leaves<'py>(
-    py: Python<'py>,
-    leaves: &Bound<'py, PyList>,
-    known: &Bound<'py, PyDict>,
-    last_types: Option<Bound<'py, PyTuple>>,
-) -> PyResult<
-    Option<(
-        Bound<'py, PyTuple>,
-        Bound<'py, PyTuple>,
-        Bound<'py, PyTuple>,
-        bool,
-    )>,
-> {
-    let found = split(py, leaves.iter(), |ty| lookup(known, ty), last_types)?;
-    Ok(found.map(|s| (s.types, s.arrays, s.statics, s.aliased)))
-}
-
 /// A warm `oxtree.jax.filter_jit` call's work before the compiled function, in one crossing:
 /// flattens `(args, kwargs)` as one graph of two roots (in `namespace`) and splits its leaves
-/// as `_split_leaves` does, asking `classify(type)` (which must answer a bool, and may
-/// remember it in `known`) about a type `known` lacks. `last` is the previous call's
+/// in one pass into their types, the array leaves and the other (static) leaves, each in leaf
+/// order, and whether one array object fills several leaves. `known` maps a type to whether
+/// its instances are arrays; `classify(type)` (which must answer a bool, and may remember it
+/// in `known`) is asked about a type `known` lacks. `last` is the previous call's
 /// `(graphdef, types, entry)`, or None. Returns `(leaves, graphdef, types, arrays, statics,
 /// aliased, entry)`: `entry` is `last`'s when this call has its graphdef and leaf types (and
 /// `types` is then its tuple), else None.
@@ -594,13 +561,12 @@ pub fn _filter_jit_split<'py>(
     let s = split(
         py,
         leaves.iter().cloned(),
-        |ty| match lookup(known, ty)? {
-            Some(flag) => Ok(Some(flag)),
-            None => classify.call1((ty,))?.is_truthy().map(Some),
+        |ty| match known.get_item(ty)? {
+            Some(flag) => flag.is_truthy(),
+            None => classify.call1((ty,))?.is_truthy(),
         },
         last_types,
-    )?
-    .invariant("a classifier answers every type")?;
+    )?;
     let mut entry = py.None().into_bound(py);
     if let (true, Some(last)) = (s.same, last) {
         let last_gd = last.get_item(0)?;

@@ -60,8 +60,8 @@ mod _core {
     // Graphs: shared and cyclic references.
     #[pymodule_export]
     use crate::graph::{
-        _filter_jit_split, _graph_rebuild_steps, _rebuild_graphdef, _split_leaves, graph_flatten,
-        graph_unflatten, GraphDef,
+        _filter_jit_split, _graph_rebuild_steps, _rebuild_graphdef, graph_flatten, graph_unflatten,
+        GraphDef,
     };
     // Modules are graph nodes to JAX; their native walk is declared with the graph's names.
     #[pymodule_export]
