@@ -342,7 +342,7 @@ def node_class() -> None:
     note("the label is aux data: it lives in the spec, so it is never mapped over")
 
 
-@odc.dataclass
+@odc.dataclass(namespace="")
 class Layer:
     weight: list[float]
     bias: float

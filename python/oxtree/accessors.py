@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from oxtree import _core
 from oxtree._core import PyTreeKind, PyTreeSpec, _tuple_fields
-from oxtree.types import is_namedtuple_class, is_structseq_class
+from oxtree.types import is_namedtuple_class, is_structseq_class, structseq_fields
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -67,8 +67,10 @@ class PyTreeEntry:
 
     def __init__(self, entry: Any, type: type, kind: PyTreeKind) -> None:
         kind = PyTreeKind(kind)
-        if kind in (PyTreeKind.LEAF, PyTreeKind.NONE):
-            raise ValueError(f"a {kind.name} node has no children, so no entries")
+        if kind == PyTreeKind.LEAF:
+            raise ValueError("Cannot create a leaf path entry.")
+        if kind == PyTreeKind.NONE:
+            raise ValueError("Cannot create a path entry for None.")
         object.__setattr__(self, "entry", entry)
         object.__setattr__(self, "type", type)
         object.__setattr__(self, "kind", kind)
@@ -95,18 +97,19 @@ class PyTreeEntry:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._fields()})"
 
+    def _identity(self) -> tuple[Any, ...]:
+        # Entries are equal when they name the same child the same way: a subclass that
+        # overrides neither `__call__` nor `codify` equals its base (optree's rule).
+        cls = type(self)
+        return (self.entry, self.type, self.kind, cls.__call__, cls.codify)
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PyTreeEntry):
             return NotImplemented
-        return (type(self), self.entry, self.type, self.kind) == (
-            type(other),
-            other.entry,
-            other.type,
-            other.kind,
-        )
+        return self._identity() == other._identity()
 
     def __hash__(self) -> int:
-        return hash((type(self), self.entry, self.type, self.kind))
+        return hash(self._identity())
 
     def __add__(self, other: object) -> PyTreeAccessor:
         if isinstance(other, PyTreeEntry):
@@ -148,7 +151,10 @@ class SequenceEntry(GetItemEntry):
 
     @property
     def index(self) -> int:
-        return self.entry
+        return self.entry  # type: ignore[no-any-return]
+
+    def __call__(self, obj: Any) -> Any:  # its own, as optree's: it differs from GetItemEntry
+        return obj[self.entry]
 
     def _fields(self) -> str:
         return f"index={self.entry!r}, type={self.type!r}"
@@ -168,6 +174,9 @@ class MappingEntry(GetItemEntry):
     def key(self) -> Any:
         return self.entry
 
+    def __call__(self, obj: Any) -> Any:  # its own, as optree's: it differs from GetItemEntry
+        return obj[self.entry]
+
     def _fields(self) -> str:
         return f"key={self.entry!r}, type={self.type!r}"
 
@@ -185,8 +194,13 @@ class NamedTupleEntry(SequenceEntry):
     __slots__ = ()
 
     @property
+    def fields(self) -> tuple[str, ...]:
+        """The namedtuple's field names."""
+        return self.type._fields  # type: ignore[attr-defined,no-any-return]
+
+    @property
     def field(self) -> str:
-        return self.type._fields[self.entry]  # type: ignore[attr-defined]
+        return self.fields[self.entry]
 
     def __call__(self, obj: Any) -> Any:
         return getattr(obj, self.field)
@@ -210,9 +224,18 @@ class StructSequenceEntry(SequenceEntry):
     __slots__ = ()
 
     @property
+    def fields(self) -> tuple[str, ...]:
+        """The field names (``'unnamed field'`` for the unnamed fields, as optree says)."""
+        return structseq_fields(self.type)
+
+    @property
     def field(self) -> str:
-        """The field's name (``'unnamed field'`` for the unnamed fields, as optree says)."""
-        return _structseq_field_names(self.type)[self.entry] or "unnamed field"
+        return self.fields[self.entry]
+
+    @property
+    def is_unnamed(self) -> bool:
+        """Whether this entry is a field without a name, reachable only by index."""
+        return _structseq_field_names(self.type)[self.entry] is None
 
     def __call__(self, obj: Any) -> Any:
         return obj[self.entry]
@@ -234,27 +257,79 @@ def _structseq_field_names(cls: Any) -> list[str | None]:
 
 
 class GetAttrEntry(PyTreeEntry):
-    """A child read by ``getattr(obj, entry)``.
+    """A child read by ``getattr(obj, name)``; a dotted name reads one attribute per part.
 
     >>> e = GetAttrEntry('real', complex, PyTreeKind.CUSTOM)
     >>> e.name, e(3 + 4j), e.codify('z')
     ('real', 3.0, 'z.real')
+    >>> GetAttrEntry('a.x-y', object, PyTreeKind.CUSTOM).codify('node')
+    "getattr(node.a, 'x-y')"
     """
 
     __slots__ = ()
 
     @property
     def name(self) -> str:
-        return self.entry
+        return self.entry  # type: ignore[no-any-return]
 
     def __call__(self, obj: Any) -> Any:
-        return getattr(obj, self.entry)
+        for part in self.name.split("."):
+            obj = getattr(obj, part)
+        return obj
 
     def codify(self, node: str = "") -> str:
-        return f"{node}.{self.entry}"
+        for part in self.name.split("."):
+            node = f"{node}.{part}" if part.isidentifier() else f"getattr({node}, {part!r})"
+        return node
 
 
-class DataclassEntry(GetAttrEntry):
+class _FieldEntry(GetAttrEntry):
+    """A field of a class whose fields are declared (a dataclass, an attrs class).
+
+    The entry is the field's name, or the position among the children of a class registered
+    by ``register_node``, which records its children fields in the attribute ``_MARKER``.
+    """
+
+    __slots__ = ()
+    _MARKER = ""
+
+    def _declared(self) -> list[tuple[str, bool]]:
+        """(name, is an ``__init__`` field) for every field of ``self.type``, in order."""
+        raise NotImplementedError
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """Every field's name."""
+        return tuple(name for name, _ in self._declared())
+
+    @property
+    def init_fields(self) -> tuple[str, ...]:
+        """The names of the fields ``__init__`` takes."""
+        return tuple(name for name, init in self._declared() if init)
+
+    @property
+    def children_fields(self) -> tuple[str, ...]:
+        """The fields an integer entry counts: the children ``register_node`` recorded, or
+        every field for a class registered otherwise (its flatten function decides)."""
+        # The class's own record: a subclass inherits the attribute, not the registration.
+        recorded = self.type.__dict__.get(self._MARKER)
+        return self.fields if recorded is None else tuple(recorded[0])
+
+    @property
+    def field(self) -> str:
+        if isinstance(self.entry, int):
+            return self.children_fields[self.entry]
+        return self.entry  # type: ignore[no-any-return]
+
+    @property
+    def name(self) -> str:
+        return self.field
+
+    def _fields(self) -> str:
+        return f"field={self.field!r}, type={self.type!r}"
+
+
+class DataclassEntry(_FieldEntry):
     """A field of a registered dataclass.
 
     >>> import dataclasses
@@ -266,16 +341,17 @@ class DataclassEntry(GetAttrEntry):
     >>> e = tree_accessors(Point(1.0, 2.0), namespace='doc-accessors')[1][0]
     >>> e, e.field, e(Point(1.0, 2.0)), e.codify('p')
     (DataclassEntry(field='y', type=<class '...Point'>), 'y', 2.0, 'p.y')
+    >>> e.fields, e.init_fields
+    (('x', 'y'), ('x', 'y'))
     """
 
     __slots__ = ()
+    _MARKER = "__optree_dataclass_fields__"
 
-    @property
-    def field(self) -> str:
-        return self.entry
+    def _declared(self) -> list[tuple[str, bool]]:
+        import dataclasses
 
-    def _fields(self) -> str:
-        return f"field={self.entry!r}, type={self.type!r}"
+        return [(f.name, f.init) for f in dataclasses.fields(self.type)]
 
 
 class FlattenedEntry(PyTreeEntry):
@@ -309,11 +385,15 @@ class FlattenedEntry(PyTreeEntry):
 
 
 class AutoEntry(PyTreeEntry):
-    """Makes the entry class that fits the node: ``AutoEntry(0, list, PyTreeKind.LIST)``.
+    """Makes the entry class that fits a registered node's type (kind ``CUSTOM``).
 
-    >>> AutoEntry(0, list, PyTreeKind.LIST)
+    A namedtuple or struct sequence gets its entry class, a dataclass
+    :class:`DataclassEntry`, a mapping :class:`MappingEntry`, a sequence
+    :class:`SequenceEntry`, anything else :class:`FlattenedEntry`.
+
+    >>> AutoEntry(0, list, PyTreeKind.CUSTOM)
     SequenceEntry(index=0, type=<class 'list'>)
-    >>> AutoEntry('a', dict, PyTreeKind.DICT)
+    >>> AutoEntry('a', dict, PyTreeKind.CUSTOM)
     MappingEntry(key='a', type=<class 'dict'>)
     """
 
@@ -322,6 +402,8 @@ class AutoEntry(PyTreeEntry):
     def __new__(cls, entry: Any, type: type, kind: PyTreeKind) -> PyTreeEntry:  # type: ignore[misc]
         if cls is not AutoEntry:
             return super().__new__(cls)
+        if kind != PyTreeKind.CUSTOM:
+            raise ValueError(f"Cannot create an automatic path entry for PyTreeKind {kind!r}.")
         return _entry_class(entry, type, kind)(entry, type, kind)
 
 
@@ -342,7 +424,7 @@ def _entry_class(entry: Any, typ: type, kind: PyTreeKind) -> type[PyTreeEntry]:
             return StructSequenceEntry
         if is_namedtuple_class(typ):
             return NamedTupleEntry
-        if dataclasses.is_dataclass(typ) and isinstance(entry, str):
+        if dataclasses.is_dataclass(typ):
             return DataclassEntry
         if issubclass(typ, Mapping):
             return MappingEntry
@@ -366,9 +448,8 @@ class PyTreeAccessor(tuple):  # type: ignore[type-arg]
 
     def __new__(cls, entries: Iterable[PyTreeEntry] = ()) -> PyTreeAccessor:
         entries = tuple(entries)
-        for e in entries:
-            if not isinstance(e, PyTreeEntry):
-                raise TypeError(f"a PyTreeAccessor is made of PyTreeEntry objects, got {e!r}")
+        if not all(isinstance(e, PyTreeEntry) for e in entries):
+            raise TypeError(f"Expected a path of PyTreeEntry, got {entries!r}.")
         return super().__new__(cls, entries)
 
     def __call__(self, obj: Any) -> Any:

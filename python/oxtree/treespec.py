@@ -22,32 +22,21 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
     from typing import Any
 
-__all__ = [
-    "treespec_accessors",
-    "treespec_child",
-    "treespec_children",
-    "treespec_defaultdict",
-    "treespec_deque",
-    "treespec_dict",
-    "treespec_entries",
-    "treespec_entry",
-    "treespec_from_collection",
-    "treespec_frozendict",
-    "treespec_is_leaf",
-    "treespec_is_one_level",
-    "treespec_is_prefix",
-    "treespec_is_strict_leaf",
-    "treespec_is_suffix",
-    "treespec_leaf",
-    "treespec_list",
-    "treespec_namedtuple",
-    "treespec_none",
-    "treespec_one_level",
-    "treespec_ordereddict",
-    "treespec_paths",
-    "treespec_structseq",
-    "treespec_transform",
-    "treespec_tuple",
+# optree.treespec's names: the constructors without the `treespec_` prefix (served by
+# `__getattr__` below), in the order of oxtree's `treespec_*` names.
+__all__ = [  # noqa: F822
+    "defaultdict",
+    "deque",
+    "dict",
+    "from_collection",
+    "leaf",
+    "list",
+    "namedtuple",
+    "none",
+    "ordereddict",
+    "structseq",
+    "tuple",
+    "frozendict",
 ]
 
 

@@ -101,19 +101,30 @@ def is_structseq(obj: Any, /) -> bool:
     return is_structseq_class(obj if isinstance(obj, type) else type(obj))
 
 
-def structseq_fields(obj: Any, /) -> tuple[str, ...]:
-    """The field names of a struct sequence class or instance.
+# What CPython (and optree) call a struct sequence field that has no name.
+PyStructSequence_UnnamedField = "unnamed field"
 
-    >>> import time
+
+def structseq_fields(obj: Any, /) -> tuple[str, ...]:
+    """The names of a struct sequence's visible fields, one per item of an instance.
+
+    An unnamed field (``os.stat_result``'s integer times) is :data:`PyStructSequence_UnnamedField`.
+
+    >>> import os, time
     >>> structseq_fields(time.struct_time)[:2]
     ('tm_year', 'tm_mon')
+    >>> structseq_fields(os.stat_result)[6:8]
+    ('st_size', 'unnamed field')
     """
     cls = obj if isinstance(obj, type) else type(obj)
     if not is_structseq_class(cls):
         if isinstance(obj, type):
             raise TypeError(f"Expected a PyStructSequence type, got {obj!r}.")
         raise TypeError(f"Expected an instance of PyStructSequence type, got {obj!r}.")
-    return tuple(_tuple_fields(cls))
+    return tuple(
+        PyStructSequence_UnnamedField if name is None else name
+        for name in _tuple_fields(cls, unnamed=True)
+    )
 
 
 # optree keeps a C++ and a Python implementation of each predicate and exposes both; oxtree

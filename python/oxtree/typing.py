@@ -58,6 +58,7 @@ from oxtree.accessors import (
     StructSequenceEntry,
 )
 from oxtree.types import (
+    PyStructSequence_UnnamedField,  # noqa: F401 (optree.typing has it, outside __all__)
     is_namedtuple,
     is_namedtuple_class,
     is_namedtuple_instance,
@@ -294,6 +295,10 @@ class StructSequence(tuple, metaclass=_StructSequenceMeta):  # type: ignore[type
 
     def __init_subclass__(cls, /) -> None:
         raise TypeError("type 'StructSequence' is not an acceptable base type")
+
+    def __new__(cls, /, sequence: Iterable[Any], dict: Any = None) -> Any:
+        """A type to check against, not to make: calling it raises NotImplementedError."""
+        raise NotImplementedError
 
 
 structseq = StructSequence

@@ -96,7 +96,7 @@ class Pair:
 oxtree.register_dataclass(Pair)
 
 
-@oxtree.dataclasses.dataclass
+@oxtree.dataclasses.dataclass(namespace="")
 class Layer:
     """Made with `oxtree.dataclasses`: `name` is static metadata."""
 

@@ -419,7 +419,7 @@ def test_dataclass_fields_give_getattr_keys(how: str, registered: list[tuple[typ
         ox_cls = oxtree.register_dataclass(fresh_dataclass("OxData"))
     else:
 
-        @oxtree.dataclasses.dataclass
+        @oxtree.dataclasses.dataclass(namespace="")
         class OxData2:
             w: Any
             meta: Any = oxtree.dataclasses.field(default="m", pytree_node=False)

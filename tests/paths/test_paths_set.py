@@ -300,7 +300,7 @@ def test_set_through_a_node_with_keys(registered: list[tuple[type, str]]) -> Non
 
 
 def test_set_through_dataclasses(registered: list[tuple[type, str]]) -> None:
-    @oxtree.dataclasses.dataclass
+    @oxtree.dataclasses.dataclass(namespace="")
     class Layer:
         weight: Any
         name: str = oxtree.dataclasses.field(default="l", pytree_node=False)
@@ -379,7 +379,7 @@ def test_flatten_up_to_names_the_key_path() -> None:
 
 
 def test_dataclass_fields_are_named_like_attributes(registered: list[tuple[type, str]]) -> None:
-    @oxtree.dataclasses.dataclass
+    @oxtree.dataclasses.dataclass(namespace="")
     class Holder:
         field: Any
         other: Any = None

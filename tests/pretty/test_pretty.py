@@ -35,7 +35,7 @@ from oxtree._pretty_model import dtype_name
 # Node classes registered once for the whole module.
 
 
-@oxtree.dataclasses.dataclass
+@oxtree.dataclasses.dataclass(namespace="")
 class Layer:
     weight: Any
     bias: Any

@@ -1259,17 +1259,18 @@ def test_register_static_unhashable_instance(reg: Registrations) -> None:
 # oxtree.dataclasses.
 
 
-def test_odc_dataclass_with_and_without_parentheses(reg: Registrations) -> None:
-    @odc.dataclass
+def test_odc_dataclass_as_decorator_or_called(reg: Registrations) -> None:
     class Bare:
         a: Any
         name: str = odc.field(default="n", pytree_node=False)
 
-    @odc.dataclass()
+    Bare = odc.dataclass(Bare, namespace="")  # type: ignore[misc]
+
+    @odc.dataclass(namespace="")
     class Empty:
         a: Any
 
-    @odc.dataclass(frozen=True, order=True)
+    @odc.dataclass(frozen=True, order=True, namespace="")
     class Options:
         a: Any
 
@@ -1312,7 +1313,7 @@ def test_odc_field_metadata_kept_in_treedef(reg: Registrations) -> None:
 
 
 def test_odc_dataclass_init_on_unflatten_false(reg: Registrations) -> None:
-    @odc.dataclass(init_on_unflatten=False, frozen=True)
+    @odc.dataclass(init_on_unflatten=False, frozen=True, namespace="")
     class Positive:
         value: Any
 
@@ -1328,7 +1329,7 @@ def test_odc_dataclass_init_on_unflatten_false(reg: Registrations) -> None:
 
 def test_odc_make_dataclass(reg: Registrations) -> None:
     P = odc.make_dataclass(
-        "P", ["x", ("y", int, odc.field(default=0, pytree_node=False))], frozen=True
+        "P", ["x", ("y", int, odc.field(default=0, pytree_node=False))], frozen=True, namespace=""
     )
     reg.track(P)
     Q = odc.make_dataclass("Q", [("x", Any)], namespace="mk-ns")
@@ -1351,7 +1352,7 @@ def test_odc_reexports_the_standard_library() -> None:
 
 
 def test_odc_replace_and_asdict_on_a_pytree_dataclass(reg: Registrations) -> None:
-    @odc.dataclass
+    @odc.dataclass(namespace="")
     class Cfg:
         lr: float
         name: str = odc.field(default="adam", pytree_node=False)

@@ -374,9 +374,7 @@ def registered() -> Iterator[str]:
     oxtree.register_pytree_node(
         Tagged, lambda t: ((t.value,), t.tag), lambda tag, c: Tagged(c[0], tag), namespace=ns
     )
-    oxtree.dataclasses.register_dataclass(
-        Meta, data_fields=["x", "y"], meta_fields=["name"], namespace=ns
-    )
+    oxtree.register_dataclass(Meta, data_fields=["x", "y"], meta_fields=["name"], namespace=ns)
     try:
         yield ns
     finally:

@@ -33,8 +33,9 @@ pub enum Rule {
         data: Vec<Py<PyString>>,
         meta: Vec<Py<PyString>>,
         call_init: bool,
-        /// The data fields' names then the meta fields', as one tuple: the keyword names of
-        /// a vectorcall of `__init__`.
+        /// The `__init__` keywords of the data fields then the meta fields, as one tuple (the
+        /// keyword names of a vectorcall of `__init__`): their names unless registered with
+        /// other `init_names`.
         kwnames: Py<PyTuple>,
     },
     /// A leafless node whose value (hashable) lives in the treedef.
@@ -454,11 +455,16 @@ fn as_type<'a, 'py>(cls: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyTyp
 }
 
 /// Registers a dataclass whose fields were checked by the Python layer.
+///
+/// `init_names`, when given, are the `__init__` keywords of the data fields then the meta
+/// fields, in that order, where they differ from the attribute names (an attrs field `_x`
+/// is passed as `x`); by default each field is passed under its own name.
 #[pyfunction]
 #[pyo3(
-    signature = (cls, data_fields, meta_fields, *, call_init = true, path_entry_type = None, namespace = None),
-    text_signature = "(cls, data_fields, meta_fields, *, call_init=True, path_entry_type=None, namespace='')"
+    signature = (cls, data_fields, meta_fields, *, call_init = true, path_entry_type = None, namespace = None, init_names = None),
+    text_signature = "(cls, data_fields, meta_fields, *, call_init=True, path_entry_type=None, namespace='', init_names=None)"
 )]
+#[allow(clippy::too_many_arguments)] // one per registration option, all keyword-only
 pub fn _register_dataclass_fields<'py>(
     cls: &Bound<'py, PyAny>,
     data_fields: Vec<Bound<'py, PyString>>,
@@ -466,6 +472,7 @@ pub fn _register_dataclass_fields<'py>(
     call_init: bool,
     path_entry_type: Option<&Bound<'py, PyAny>>,
     namespace: Option<&Bound<'py, PyAny>>,
+    init_names: Option<Vec<Bound<'py, PyString>>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let namespace = namespace_or_global(cls.py(), namespace);
     let ty = as_type(cls)?;
@@ -476,7 +483,20 @@ pub fn _register_dataclass_fields<'py>(
             .collect()
     };
     let (data, meta) = (intern(data_fields), intern(meta_fields));
-    let kwnames = PyTuple::new(cls.py(), data.iter().chain(&meta).collect::<Vec<_>>())?.unbind();
+    let kwnames = match init_names {
+        None => PyTuple::new(cls.py(), data.iter().chain(&meta).collect::<Vec<_>>())?,
+        Some(names) if names.len() == data.len() + meta.len() => {
+            PyTuple::new(cls.py(), intern(names))?
+        }
+        Some(names) => {
+            return Err(PyValueError::new_err(format!(
+                "init_names must name every data and meta field: expected {}, got {}",
+                data.len() + meta.len(),
+                names.len()
+            )));
+        }
+    }
+    .unbind();
     let rule = Rule::Dataclass {
         data,
         meta,

@@ -390,11 +390,12 @@ pub fn unflatten<'py>(
                     return Ok(obj);
                 }
                 let kwargs = PyDict::new(py);
-                for (name, value) in data.iter().zip(children.iter()) {
-                    kwargs.set_item(name.bind(py), value)?;
-                }
-                for (name, value) in meta.iter().zip(meta_values.iter()) {
-                    kwargs.set_item(name.bind(py), value)?;
+                for (name, value) in kwnames
+                    .bind(py)
+                    .iter()
+                    .zip(children.iter().chain(meta_values))
+                {
+                    kwargs.set_item(name, value)?;
                 }
                 ty.call((), Some(&kwargs))
             } else {
