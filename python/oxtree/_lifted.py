@@ -212,7 +212,7 @@ class Carry(metaclass=_CarryType):
     ...     counter.n = counter.n + 1
     ...     return total + x * counter.n, None
     >>> c = Counter()
-    >>> total, _ = filter_scan(bump, 0.0, (jnp.ones(3), c), in_axes=(0, Carry))
+    >>> total, _ = filter_scan(bump, jnp.zeros(()), (jnp.ones(3), c), in_axes=(0, Carry))
     >>> total, c.n
     (Array(6., dtype=float32), Array(3, dtype=int32))
     """
