@@ -30,7 +30,7 @@ from oxtree.jax import (
     _write_back,
 )
 
-__all__ = ["StateAxes", "filter_eval_shape", "filter_remat", "filter_scan", "filter_vmap"]
+__all__ = ["Carry", "StateAxes", "filter_eval_shape", "filter_remat", "filter_scan", "filter_vmap"]
 
 
 class _Box:
@@ -190,39 +190,74 @@ def _is_array(x: Any) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
+class _CarryType(type):
+    def __repr__(cls) -> str:
+        return "Carry"
+
+
+class Carry(metaclass=_CarryType):
+    """The axis that marks a leaf of :func:`filter_scan`'s ``xs`` as carried, as Flax NNX's
+    ``nnx.Carry`` does: each step sees the value the step before left there, and the caller's
+    object ends up holding the last one. Give it as an ``in_axes`` entry or in a
+    :class:`StateAxes` (``StateAxes({BatchStats: Carry, ...: 0})``); the class itself is the
+    marker.
+
+    >>> import jax.numpy as jnp
+    >>> from oxtree import Module
+    >>> class Counter(Module):
+    ...     def __init__(self):
+    ...         self.register_state('n', jnp.zeros((), jnp.int32))
+    >>> def bump(total, pair):
+    ...     x, counter = pair
+    ...     counter.n = counter.n + 1
+    ...     return total + x * counter.n, None
+    >>> c = Counter()
+    >>> total, _ = filter_scan(bump, jnp.zeros(()), (jnp.ones(3), c), in_axes=(0, Carry))
+    >>> total, c.n
+    (Array(6., dtype=float32), Array(3, dtype=int32))
+    """
+
+    def __init__(self) -> None:
+        raise TypeError("Carry is a marker: give the class itself as an axis, Carry, not Carry()")
+
+
 class StateAxes:
     """Axes for the leaves of a Module by filter: ``StateAxes({Kind.PARAMETER: 0, ...: None})``
     maps the parameters along axis 0 and broadcasts everything else.
 
     Use it where :func:`filter_vmap` takes an axis (an entry of ``in_axes`` or ``out_axes``)
-    and the value there is a Module. Each leaf of the module gets the axis (an int, or None
-    for "not mapped") of the first filter that accepts it; a filter is anything
-    :meth:`oxtree.Module.select` takes (a Kind, a type, a function of ``(path, kind, leaf)``,
-    ``OfKind``, ``PathContains``, ...), or ``...`` for every leaf. A leaf no filter accepts
-    is an error.
+    or :func:`filter_scan` does (``in_axes``), and the value there is a Module. Each leaf of
+    the module gets the axis (an int, None for "not mapped", or, in filter_scan, ``Carry``)
+    of the first filter that accepts it; a filter is anything :meth:`oxtree.Module.select`
+    takes (a Kind, a type, a function of ``(path, kind, leaf)``, ``OfKind``,
+    ``PathContains``, ...), or ``...`` for every leaf. A leaf no filter accepts is an error.
 
     >>> from oxtree import Kind
     >>> StateAxes({Kind.PARAMETER: 0, ...: None})
     StateAxes({OfKind(PARAMETER): 0, Ellipsis: None})
+    >>> StateAxes({Kind.STATE: Carry, ...: 0})
+    StateAxes({OfKind(STATE): Carry, Ellipsis: 0})
     """
 
     __slots__ = ("axes", "filters", "keys")
 
-    def __init__(self, axes: Mapping[Any, int | None]) -> None:
+    def __init__(self, axes: Mapping[Any, int | type[Carry] | None]) -> None:
         if not isinstance(axes, Mapping) or not axes:
             raise TypeError(
-                "StateAxes expects a non-empty mapping from filters to axes (an int or None), "
-                f"got {axes!r}"
+                "StateAxes expects a non-empty mapping from filters to axes (an int, None or "
+                f"Carry), got {axes!r}"
             )
         for key, axis in axes.items():
-            _check_axis(axis, f"StateAxes entry {key!r}")
+            _check_axis(axis, f"StateAxes entry {key!r}", carry=True)
         self.keys = tuple(axes)
         self.filters = tuple(
             (lambda path, kind, leaf: True) if k is ... else _module._as_filter(k) for k in axes
         )
         self.axes = tuple(axes.values())
 
-    def axis_for(self, path: tuple[Any, ...], kind: Any, leaf: Any) -> int | _NoMatch | None:
+    def axis_for(
+        self, path: tuple[Any, ...], kind: Any, leaf: Any
+    ) -> int | type[Carry] | _NoMatch | None:
         for test, axis in zip(self.filters, self.axes, strict=True):
             if test(path, kind, leaf):
                 return axis
@@ -243,36 +278,49 @@ class _NoMatch:
 _NO_MATCH = _NoMatch()
 
 
-def _check_axis(axis: Any, what: str) -> None:
+def _check_axis(axis: Any, what: str, *, carry: bool) -> None:
+    if axis is Carry:
+        if carry:
+            return
+        raise ValueError(
+            f"{what}: Carry marks a leaf that filter_scan carries from step to step; here an "
+            "axis is an int or None"
+        )
     if axis is not None and (type(axis) is not int):
-        raise TypeError(f"{what}: an axis is an int or None, got {type(axis).__name__}: {axis!r}")
+        allowed = "an int or None (or Carry, in filter_scan)" if carry else "an int or None"
+        raise TypeError(f"{what}: an axis is {allowed}, got {type(axis).__name__}: {axis!r}")
 
 
-def _check_spec(spec: Any, what: str) -> None:
-    """Checks an axes specification: ints, None and StateAxes in tuples, lists and dicts."""
-    if spec is None or type(spec) is int or isinstance(spec, StateAxes):
+def _check_spec(spec: Any, what: str, *, carry: bool = False) -> None:
+    """Checks an axes specification: ints, None and StateAxes (and Carry where ``carry``) in
+    tuples, lists and dicts."""
+    if spec is None or type(spec) is int or (carry and spec is Carry):
         return
-    if isinstance(spec, tuple | list):
+    if isinstance(spec, StateAxes):
+        for key, axis in zip(spec.keys, spec.axes, strict=True):
+            _check_axis(axis, f"{what}: {spec!r} entry {key!r}", carry=carry)
+    elif isinstance(spec, tuple | list):
         for i, s in enumerate(spec):
-            _check_spec(s, f"{what}[{i}]")
+            _check_spec(s, f"{what}[{i}]", carry=carry)
     elif isinstance(spec, dict):
         for k, s in spec.items():
-            _check_spec(s, f"{what}[{k!r}]")
+            _check_spec(s, f"{what}[{k!r}]", carry=carry)
+    elif spec is Carry:
+        _check_axis(spec, what, carry=False)
     else:
+        axes = "an int, None, Carry, a StateAxes" if carry else "an int, None, a StateAxes"
         raise TypeError(
-            f"{what}: axes are given by an int, None, a StateAxes, or a tuple, list or dict "
+            f"{what}: axes are given by {axes}, or a tuple, list or dict "
             f"of them (a prefix of the arguments), got {type(spec).__name__}: {spec!r}"
         )
 
 
-def _axis_at(
-    spec: Any, root: Any, path: tuple[Any, ...], leaf: Any, what: str, where: str
-) -> int | None:
-    """The axis that ``spec`` (a prefix of ``root``) gives the leaf at ``path`` below
-    ``root``."""
+def _axis_at(spec: Any, root: Any, path: tuple[Any, ...], leaf: Any, what: str, where: str) -> Any:
+    """The axis (an int, None or Carry) that ``spec`` (a prefix of ``root``) gives the leaf at
+    ``path`` below ``root``."""
     node = root
     for depth in range(len(path) + 1):
-        if spec is None or type(spec) is int:
+        if spec is None or type(spec) is int or spec is Carry:
             return spec  # type: ignore[no-any-return]
         if isinstance(spec, StateAxes):
             if not isinstance(node, _module.Module):
@@ -314,7 +362,7 @@ def _axes_of(
     which: Sequence[int],
     what: str,
     where: Callable[[tuple[Any, ...]], str],
-) -> list[int | None]:
+) -> list[Any]:
     """The axis of each leaf in ``which`` of a graph of ``roots`` (paths start with the root's
     index when there are several), ``spec`` holding one prefix per root."""
     paths = graphdef.paths()
@@ -629,6 +677,7 @@ def filter_scan(
     xs: Any = None,
     length: int | None = None,
     *,
+    in_axes: Any = 0,
     reverse: bool = False,
     unroll: int | bool = 1,
     namespace: str = "",
@@ -643,10 +692,19 @@ def filter_scan(
     carry are carried; its other leaves, and its graph, must be the same in what ``f``
     returns. ``length``, ``reverse`` and ``unroll`` are ``jax.lax.scan``'s.
 
+    ``in_axes`` says how each array leaf of ``xs`` enters ``f``, as ``nnx.scan``'s
+    ``in_axes`` does: an int (scanned along that axis; 0 by default), None (broadcast: the
+    same whole value at every step), :class:`Carry` (carried: each step sees what the step
+    before left there), a :class:`StateAxes` for a Module (``StateAxes({BatchStats: Carry,
+    ...: 0})`` scans the stacked parameters and carries the statistics through the layers),
+    or a tuple, list or dict of them, a prefix of ``xs``.
+
     What ``f`` changes in place in the slices of ``xs`` (a layer's counter, new attributes)
-    is written back to the caller's ``xs`` objects, stacked along the leading axis. When
-    ``f`` changes its carry in place, the caller's ``init`` objects end up holding the final
-    carry, as in a Python loop over one object.
+    is written back to the caller's ``xs`` objects, stacked along the axis its place is
+    scanned along (a new leaf along the leading axis); a carried leaf ends up holding its last
+    value; changing a broadcast leaf is an error. When ``f`` changes its carry in place, the
+    caller's ``init`` objects end up holding the final carry, as in a Python loop over one
+    object. Nothing is written back when ``f`` or the axes fail.
 
     >>> import jax, jax.numpy as jnp
     >>> from oxtree import Module
@@ -662,6 +720,7 @@ def filter_scan(
     """
     name = "filter_scan"
     _check_fn(f, name)
+    _check_spec(in_axes, f"{name}: in_axes", carry=True)
     carry_flat = _Flat((init,), namespace, _is_array)
     xs_flat = _Flat((xs,), namespace, _is_array)
     both, _ = graph_flatten(init, xs, namespace=namespace)
@@ -670,13 +729,15 @@ def filter_scan(
             f"{name}: init and xs share an object; an object is either carried or scanned, "
             "so pass it in one of them"
         )
-    n = _scan_length(xs_flat, length, name)
+    roles = _ScanRoles(xs, xs_flat, in_axes, name)
+    n = _scan_length(xs_flat, roles, length, name)
     carry_paths = carry_flat.graphdef.paths()
     found: list[Any] = []
 
-    def body(carry: list[Any], x: list[Any]) -> Any:
-        c_before = carry_flat.with_values(carry)
-        x_before = xs_flat.with_values(x)
+    def body(carry: tuple[list[Any], list[Any]], x: list[Any]) -> Any:
+        carry_values, carried_values = carry
+        c_before = carry_flat.with_values(carry_values)
+        x_before = xs_flat.with_values(roles.values_of(x, carried_values))
         c_obj = graph_unflatten(carry_flat.graphdef, c_before)
         x_obj = graph_unflatten(xs_flat.graphdef, x_before)
         c_objects = _numbered((c_obj,))
@@ -693,27 +754,35 @@ def filter_scan(
         x_changes, x_changed = _Changes.of(
             (x_obj,), x_before, xs_flat.graphdef, namespace, name, _where_in("xs"), x_objects
         )
+        new_carried, stacked = roles.after_step(x_before, x_changes, x_changed, carried_values)
         new_leaves, new_gd = graph_flatten(new_carry, namespace=namespace)
-        _check_carry(new_leaves, new_gd, carry_flat, carry, carry_paths, name)
+        _check_carry(new_leaves, new_gd, carry_flat, carry_values, carry_paths, name)
         y_leaves, y_gd = graph_flatten(y, namespace=namespace)
         y_out = _Out(y_leaves, y_gd, x_changes)
         found[:] = [c_changes is not None]
         new_values = [new_leaves[i] for i in carry_flat.dynamic]
-        return new_values, ([*y_out.arrays_of(y_leaves), *x_changed], _Box(y_out))
+        return (new_values, new_carried), (
+            [*y_out.arrays_of(y_leaves), *[x_changed[j] for j, _ in stacked]],
+            _Box((y_out, stacked)),
+        )
 
-    final, (ys, box) = jax.lax.scan(
+    (final, final_carried), (ys, box) = jax.lax.scan(
         body,
-        carry_flat.values(),
-        xs_flat.values(),
+        (carry_flat.values(), roles.carried_values()),
+        roles.scanned_values(),
         length=n,
         reverse=reverse,
         unroll=unroll,
     )
-    y_out: _Out = box.value
+    y_out, stacked = box.value
     ys = tuple(ys)
     if y_out.changes is not None:
-        ys, x_changed = y_out.changes.split(ys)
-        y_out.changes.write_back((xs,), xs_flat.leaves, x_changed)
+        cut = len(ys) - len(stacked)
+        ys, x_stacked = ys[:cut], ys[cut:]
+        changed = list(roles.carried_changes(y_out.changes, final_carried))
+        for (j, axis), value in zip(stacked, x_stacked, strict=True):
+            changed[j] = value if axis == 0 else jnp.moveaxis(value, 0, axis)
+        y_out.changes.write_back((xs,), xs_flat.leaves, changed)
     carry_out = graph_unflatten(carry_flat.graphdef, carry_flat.with_values(final))
     if found and found[0]:
         count = len(_walk((init,)))
@@ -722,27 +791,156 @@ def filter_scan(
     return carry_out, y_out.rebuild(ys)
 
 
-def _scan_length(xs_flat: _Flat, length: int | None, name: str) -> int:
+class _ScanRoles:
+    """How each array leaf of filter_scan's ``xs`` enters ``f``, as ``in_axes`` says: scanned
+    along an axis, carried from step to step, or broadcast (the same at every step)."""
+
+    __slots__ = ("axes", "broadcast", "carried", "flat", "name", "paths", "place", "scanned")
+
+    def __init__(self, xs: Any, flat: _Flat, in_axes: Any, name: str) -> None:
+        self.flat = flat
+        self.name = name
+        self.paths = flat.graphdef.paths()
+        if type(in_axes) is int and in_axes == 0:  # the default: every array leaf scanned
+            axes: list[Any] = [0] * len(flat.dynamic)
+        else:
+            axes = _axes_of(
+                in_axes,
+                (xs,),
+                flat.graphdef,
+                flat.leaves,
+                flat.dynamic,
+                f"{name}: in_axes",
+                _where_in("xs"),
+            )
+        self.axes = dict(zip(flat.dynamic, axes, strict=True))
+        self.scanned = [i for i, a in self.axes.items() if type(a) is int]
+        self.carried = [i for i, a in self.axes.items() if a is Carry]
+        self.broadcast = [i for i, a in self.axes.items() if a is None]
+        # Where each dynamic leaf's value comes from in a step: (0, k) the k-th scanned
+        # slice, (1, k) the k-th carried value, (2, i) the caller's leaf i.
+        place = {i: (0, k) for k, i in enumerate(self.scanned)}
+        place.update({i: (1, k) for k, i in enumerate(self.carried)})
+        place.update({i: (2, i) for i in self.broadcast})
+        self.place = [place[i] for i in flat.dynamic]
+
+    def where(self, i: int) -> str:
+        return "xs" + keystr(self.paths[i])
+
+    def scanned_values(self) -> list[Any]:
+        """The scanned leaves, each with its scanned axis moved to the front."""
+        out = []
+        for i in self.scanned:
+            axis = self.axes[i]
+            x = self.flat.leaves[i]
+            out.append(x if axis == 0 else jnp.moveaxis(x, axis, 0))
+        return out
+
+    def carried_values(self) -> list[Any]:
+        return [self.flat.leaves[i] for i in self.carried]
+
+    def values_of(self, x: Sequence[Any], carried: Sequence[Any]) -> list[Any]:
+        """One step's values of the dynamic leaves, in their order."""
+        groups = (x, carried, self.flat.leaves)
+        return [groups[g][k] for g, k in self.place]
+
+    def after_step(
+        self,
+        before: list[Any],
+        changes: _Changes | None,
+        changed: list[Any],
+        carried: list[Any],
+    ) -> tuple[list[Any], list[tuple[int, int]]]:
+        """After ``f`` ran one step: the carried leaves' new values, and which changed arrays
+        are stacked (``(j, axis)``: the ``j``-th changed array, placed along ``axis``). A
+        broadcast leaf that changed, or a carried one that is gone or changed its shape or
+        dtype, raises."""
+        if changes is None:
+            return list(carried), []
+        role = {self.paths[i]: i for i in self.flat.dynamic}
+        after_paths = changes.graphdef.paths()
+        after = {}
+        stacked = []
+        for (kind, v), path in zip(changes.sources, after_paths, strict=True):
+            value = after[path] = before[v] if kind == 0 else (changed[v] if kind == 1 else v)
+            i = role.get(path)
+            axis = 0 if i is None else self.axes[i]
+            if axis is None and value is not before[i]:
+                raise self._broadcast_changed(i)
+            if kind == 1 and axis is not Carry:
+                stacked.append((v, axis))
+        gone = [i for i in self.broadcast if self.paths[i] not in after]
+        if gone:
+            raise self._broadcast_changed(gone[0])
+        new = []
+        for k, i in enumerate(self.carried):
+            where = self.where(i)
+            if self.paths[i] not in after:
+                raise ValueError(
+                    f"{self.name}: f removed {where}, which in_axes carries (Carry); a carried "
+                    "leaf stays from step to step"
+                )
+            value = after[self.paths[i]]
+            _check_same_array(
+                value,
+                carried[k],
+                f"{self.name}: f left",
+                f"{where} (carried: Carry in in_axes), where xs holds",
+                "a carried leaf keeps its shape and dtype",
+            )
+            new.append(value)
+        return new, stacked
+
+    def _broadcast_changed(self, i: int) -> ValueError:
+        return ValueError(
+            f"{self.name}: f changed {self.where(i)}, which in_axes broadcasts (None): every "
+            "step sees the same value, so the change cannot be kept; carry it (Carry) or scan "
+            "it (an int axis)"
+        )
+
+    def carried_changes(self, changes: _Changes, final: Sequence[Any]) -> list[Any]:
+        """The changed arrays to write back, with each carried leaf's final value in its
+        place (the stacked ones are filled in by the caller)."""
+        out: list[Any] = [None] * changes.count
+        at = {self.paths[i]: k for k, i in enumerate(self.carried)}
+        for (kind, v), path in zip(changes.sources, changes.graphdef.paths(), strict=True):
+            k = at.get(path)
+            if kind == 1 and k is not None:
+                out[v] = final[k]
+        return out
+
+
+def _scan_length(xs_flat: _Flat, roles: _ScanRoles, length: int | None, name: str) -> int:
     if length is not None and (type(length) is not int or length < 0):
         raise TypeError(f"{name}: length must be an int >= 0, got {length!r}")
-    paths = xs_flat.graphdef.paths()
     sizes = []
-    for i in xs_flat.dynamic:
+    for i in roles.scanned:
         shape = xs_flat.leaves[i].shape
-        where = "xs" + keystr(paths[i])
+        axis = roles.axes[i]
+        where = roles.where(i)
         if not shape:
             raise ValueError(
-                f"{name}: {where} is a scalar array; every array leaf of xs is scanned along "
-                "its leading axis"
+                f"{name}: {where} is a scalar array; every array leaf of xs that is scanned "
+                "is scanned along an axis (give it None to broadcast it, or Carry to carry it)"
             )
-        sizes.append((where, shape[0]))
+        at = _normalized(axis, len(shape))
+        if at is None:
+            raise ValueError(
+                f"{name}: in_axes gives axis {axis} for {where}, an array of shape "
+                f"{tuple(shape)} (rank {len(shape)})"
+            )
+        sizes.append((where, shape[at]))
     return _agreed_size(
         name,
         sizes,
         length,
         "length",
-        "the leading axes of xs have different lengths",
-        "xs holds no array, so pass length",
+        "the leading axes of xs have different lengths"
+        if all(roles.axes[i] == 0 for i in roles.scanned)
+        else "the scanned axes of xs have different lengths",
+        "xs holds no array, so pass length"
+        if not roles.axes
+        else "in_axes scans none of the arrays of xs, so pass length",
     )
 
 
@@ -767,6 +965,18 @@ def _agreed_size(
     return expected
 
 
+def _check_same_array(new: Any, ref: Any, found: str, where: str, rule: str) -> None:
+    """Raises a TypeError (``found`` what at ``where`` what) unless ``new``, the value a step
+    left in a carried place, is an array of ``ref``'s shape and dtype."""
+    if not _is_array(new):
+        raise TypeError(f"{found} a {type(new).__name__} at {where} an array")
+    if jnp.shape(new) != jnp.shape(ref) or jnp.result_type(new) != jnp.result_type(ref):
+        raise TypeError(
+            f"{found} {jnp.result_type(new)}{list(jnp.shape(new))} at {where} "
+            f"{jnp.result_type(ref)}{list(jnp.shape(ref))}; {rule}"
+        )
+
+
 def _check_carry(
     leaves: list[Any],
     graphdef: GraphDef,
@@ -785,19 +995,13 @@ def _check_carry(
     for i, (old, new) in enumerate(zip(flat.leaves, leaves, strict=True)):
         where = "init" + keystr(paths[i])
         if i in dynamic:
-            if not _is_array(new):
-                raise TypeError(
-                    f"{name}: the carry f returned holds a {type(new).__name__} at {where}, "
-                    "where init holds an array"
-                )
-            ref = dynamic[i]
-            if jnp.shape(new) != jnp.shape(ref) or jnp.result_type(new) != jnp.result_type(ref):
-                raise TypeError(
-                    f"{name}: the carry f returned holds {jnp.result_type(new)}"
-                    f"{list(jnp.shape(new))} at {where}, where init holds "
-                    f"{jnp.result_type(ref)}{list(jnp.shape(ref))}; the carry keeps its "
-                    "shapes and dtypes"
-                )
+            _check_same_array(
+                new,
+                dynamic[i],
+                f"{name}: the carry f returned holds",
+                f"{where}, where init holds",
+                "the carry keeps its shapes and dtypes",
+            )
         elif new is not old and not (type(new) is type(old) and new == old):
             raise TypeError(
                 f"{name}: the carry f returned holds {new!r} at {where}, where init holds "
@@ -807,5 +1011,5 @@ def _check_carry(
 
 
 # Their public home: reprs, pickles and documentation name them there.
-for _public in (StateAxes, filter_eval_shape, filter_remat, filter_scan, filter_vmap):
+for _public in (Carry, StateAxes, filter_eval_shape, filter_remat, filter_scan, filter_vmap):
     _public.__module__ = "oxtree.jax"

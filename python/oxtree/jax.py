@@ -67,6 +67,7 @@ __all__ = [
     "filter_remat",
     "filter_eval_shape",
     "StateAxes",
+    "Carry",
     "partition",
     "combine",
     "is_array",
@@ -1043,6 +1044,7 @@ _module._register_pending_with_jax()
 
 # The lifted transforms live in their own module, built on the helpers above.
 from oxtree._lifted import (  # noqa: E402
+    Carry,
     StateAxes,
     filter_eval_shape,
     filter_remat,

@@ -404,41 +404,66 @@ def _unflattener(cls: type[_M]) -> Callable[[_ModuleDef, Any], _M]:
 _PENDING_JAX: list[type[Module]] = []
 
 
-class ModulePath:
-    """One key in JAX's view of a Module: the whole key path of a leaf below the module.
+def _module_path_type() -> type:
+    """The class ``ModulePath``, made the first time it is asked for (JAX imported by then):
+    it subclasses JAX's ``GetAttrKey``, which this module cannot name before JAX is loaded."""
+    cached = globals().get("ModulePath")
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    import jax
 
-    To JAX, a Module is one node whose children are the leaves of its graph
-    (:func:`oxtree.graph_flatten`): a submodule reached twice (tied weights) gives its leaves
-    once, so ``jax.grad`` sums its gradient and ``jax.tree_util.tree_map`` (optax's
-    ``apply_updates``, say) keeps it shared. Each leaf's key is a ``ModulePath`` that prints
-    as ``keystr`` prints the path (``.layers[0].weight``); a leaf right below the module gets
-    JAX's own ``GetAttrKey``.
+    class ModulePath(jax.tree_util.GetAttrKey):  # type: ignore[misc]
+        """One key in JAX's view of a Module: the whole key path of a leaf below the module.
 
-    >>> from oxtree import GetAttrKey, SequenceKey
-    >>> k = ModulePath((GetAttrKey('layers'), SequenceKey(0), GetAttrKey('weight')))
-    >>> k, str(k), k.path[-1]
-    (ModulePath('.layers[0].weight'), '.layers[0].weight', GetAttrKey(name='weight'))
-    """
+        To JAX, a Module is one node whose children are the leaves of its graph
+        (:func:`oxtree.graph_flatten`): a submodule reached twice (tied weights) gives its
+        leaves once, so ``jax.grad`` sums its gradient and ``jax.tree_util.tree_map`` (optax's
+        ``apply_updates``, say) keeps it shared. Each leaf's key is a ``ModulePath``: a JAX
+        ``GetAttrKey`` whose name is the path as :meth:`Module.state_dict` names it
+        (``layers[0].weight``), so it prints as ``keystr`` prints the path
+        (``.layers[0].weight``), and tools that know JAX's key types (orbax, say) take a
+        module whole. ``path`` holds the path's entries.
 
-    __slots__ = ("_text", "path")
+        >>> import jax
+        >>> from oxtree import GetAttrKey, SequenceKey
+        >>> k = ModulePath((GetAttrKey('layers'), SequenceKey(0), GetAttrKey('weight')))
+        >>> k, str(k), k.name, k.path[-1]
+        (ModulePath('.layers[0].weight'), '.layers[0].weight', 'layers[0].weight', GetAttrKey(name='weight'))
+        >>> isinstance(k, jax.tree_util.GetAttrKey), k == jax.tree_util.GetAttrKey(k.name)
+        (True, True)
+        """
 
-    def __init__(self, path: tuple[Any, ...]) -> None:
-        from oxtree._core import keystr
+        __slots__ = ("path",)
 
-        self.path = tuple(path)
-        self._text = keystr(self.path)
+        def __init__(self, path: tuple[Any, ...]) -> None:
+            from oxtree._core import keystr
 
-    def __str__(self) -> str:
-        return self._text
+            path = tuple(path)
+            text = keystr(path)
+            if not path or type(path[0]) is not GetAttrKey:
+                raise ValueError(
+                    f"ModulePath: a module's path starts at one of its attributes (a "
+                    f"GetAttrKey), got {text or '()'}"
+                )
+            super().__init__(text[1:])
+            self.path = path
 
-    def __repr__(self) -> str:
-        return f"ModulePath({self._text!r})"
+        def __repr__(self) -> str:
+            return f"ModulePath({str(self)!r})"
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ModulePath) and self.path == other.path
+        # Equality and hashing are GetAttrKey's (by name): a ModulePath equals the
+        # GetAttrKey that a tool rebuilds from its name.
 
-    def __hash__(self) -> int:
-        return hash((ModulePath, self.path))
+    ModulePath.__module__ = __name__
+    ModulePath.__qualname__ = "ModulePath"
+    globals()["ModulePath"] = ModulePath
+    return ModulePath
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ModulePath":
+        return _module_path_type()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # What JAX calls to flatten a module: its graph, with None as a leaf so that a module and its
@@ -451,12 +476,10 @@ _graph_children: Callable[[Module], tuple[list[Any], Any]] = functools.partial(
 
 def _graph_children_with_keys(m: Module) -> tuple[list[tuple[Any, Any]], Any]:
     leaves, gd = _graph_children(m)
-    make_key = sys.modules["jax"].tree_util.GetAttrKey
-    keys = [
-        make_key(p[0].name) if len(p) == 1 and type(p[0]) is GetAttrKey else ModulePath(p)
-        for p in gd.paths()
-    ]
-    return list(zip(keys, leaves, strict=True)), gd
+    # Every key is a ModulePath, a one-step path too: tools that rebuild a tree from its key
+    # paths (orbax) expect the children of one node to have keys of one type.
+    module_path = _module_path_type()
+    return [(module_path(p), leaf) for p, leaf in zip(gd.paths(), leaves, strict=True)], gd
 
 
 # What JAX calls to rebuild one: the core's graph_unflatten(graphdef, children) as it is.

@@ -15,7 +15,14 @@ import oxtree
 import oxtree.jax as oxjax
 import pytest
 from oxtree import Kind, Module, Parameter, State
-from oxtree.jax import StateAxes, filter_eval_shape, filter_remat, filter_scan, filter_vmap
+from oxtree.jax import (
+    Carry,
+    StateAxes,
+    filter_eval_shape,
+    filter_remat,
+    filter_scan,
+    filter_vmap,
+)
 from oxtree.module import PathContains
 
 
@@ -285,6 +292,8 @@ def test_bad_callables_and_state_axes() -> None:
         StateAxes({})
     with pytest.raises(TypeError, match=r"StateAxes entry .*: an axis is an int or None"):
         StateAxes({Kind.PARAMETER: "0"})
+    with pytest.raises(TypeError, match=r"Carry is a marker: give the class itself"):
+        Carry()
     with pytest.raises(TypeError, match="a module filter is"):
         StateAxes({3.5: 0})
 
@@ -463,6 +472,247 @@ def test_scan_refuses_an_object_in_both_carry_and_xs_and_touches_nothing() -> No
 
 
 # --------------------------------------------------------------------------------------------
+# filter_scan with in_axes: scanned, carried (Carry) and broadcast (None) leaves of xs
+
+Stats = Kind.define("scan_stats")
+
+
+class Block(Module):
+    """Stacked parameters (one slice per layer) and statistics that are one value for all."""
+
+    w: Parameter
+    b: Parameter
+
+    def __init__(self, key: Any, n_layers: int = 4) -> None:
+        k1, k2 = jax.random.split(key)
+        self.w = jax.random.normal(k1, (n_layers, 2, 2))
+        self.b = jax.random.normal(k2, (n_layers, 2)) * 0.1
+        self.register_kind("mean", jnp.zeros(2), Stats)
+        self.register_state("seen", jnp.zeros((), jnp.int32))
+        self.register_state("scale", jnp.asarray(0.5))
+
+    def __call__(self, x: Any) -> Any:
+        h = jnp.tanh(x @ self.w + self.b) * (1.0 + self.scale)
+        self.mean = 0.9 * self.mean + 0.1 * h
+        self.seen = self.seen + 1
+        return h
+
+
+CARRY_STATS = StateAxes({Kind.PARAMETER: 0, Stats: Carry, PathContains("seen"): Carry, ...: None})
+
+
+def plain_block_loop(block: Block, x: Any) -> tuple[Any, Any, Any]:
+    """The same math as a plain jax.lax.scan over arrays: (x, mean, seen) carried."""
+
+    def step(carry: Any, wb: Any) -> Any:
+        x, mean, seen = carry
+        h = jnp.tanh(x @ wb[0] + wb[1]) * (1.0 + block.scale)
+        return (h, 0.9 * mean + 0.1 * h, seen + 1), h.sum()
+
+    (x, mean, seen), sums = jax.lax.scan(step, (x, block.mean, block.seen), (block.w, block.b))
+    return x, (mean, seen), sums
+
+
+def test_scan_with_state_axes_scans_parameters_and_carries_statistics() -> None:
+    block = Block(KEYS[0])
+    w, scale = block.w, block.scale
+    expected_x, (expected_mean, expected_seen), expected_sums = plain_block_loop(block, X)
+
+    def body(x: Any, layer: Block) -> Any:
+        assert layer.w.shape == (2, 2)  # one layer's slice ...
+        assert layer.mean.shape == (2,)  # ... and the statistics whole
+        h = layer(x)
+        return h, h.sum()
+
+    x, sums = filter_scan(body, X, block, in_axes=CARRY_STATS)
+    np.testing.assert_allclose(x, expected_x, rtol=1e-6)
+    np.testing.assert_allclose(sums, expected_sums, rtol=1e-6)
+    # The carried leaves hold their last value; the scanned and broadcast ones are untouched.
+    np.testing.assert_allclose(block.mean, expected_mean, rtol=1e-6)
+    assert int(block.seen) == int(expected_seen) == 4
+    assert block.w is w
+    assert block.scale is scale
+
+
+def test_scan_with_carried_state_composes_with_filter_jit_and_grad() -> None:
+    block = Block(KEYS[1])
+
+    @oxjax.filter_jit
+    def run(block: Block, x: Any) -> Any:
+        out, _ = filter_scan(lambda x, layer: (layer(x), None), x, block, in_axes=CARRY_STATS)
+        return out
+
+    expected_x, (expected_mean, _), _ = plain_block_loop(block, X)
+    np.testing.assert_allclose(run(block, X), expected_x, rtol=1e-6)
+    np.testing.assert_allclose(block.mean, expected_mean, rtol=1e-6)
+    assert int(block.seen) == 4
+
+    fresh = Block(KEYS[1])
+
+    def loss(params: Block) -> Any:
+        out, _ = filter_scan(
+            lambda x, layer: (layer(x), None), X, fresh.update(params), in_axes=CARRY_STATS
+        )
+        return jnp.sum(out**2)
+
+    grads = oxjax.filter_grad(loss)(fresh.parameters())
+
+    def plain(w: Any, b: Any) -> Any:
+        def step(x: Any, wb: Any) -> Any:
+            return jnp.tanh(x @ wb[0] + wb[1]) * (1.0 + fresh.scale), None
+
+        return jnp.sum(jax.lax.scan(step, X, (w, b))[0] ** 2)
+
+    gw, gb = jax.grad(plain, argnums=(0, 1))(fresh.w, fresh.b)
+    np.testing.assert_allclose(grads.w, gw, rtol=1e-5)
+    np.testing.assert_allclose(grads.b, gb, rtol=1e-5)
+
+
+def test_scan_in_axes_broadcast_and_another_axis_with_write_back() -> None:
+    seq = jnp.arange(12.0).reshape(3, 4)  # scanned along axis 1: 4 steps of 3 values
+    table = jnp.asarray([1.0, 10.0, 100.0])  # broadcast: the same at every step
+    total, ys = filter_scan(
+        lambda c, xt: (c + xt[0] @ xt[1], xt[0] * 2),
+        jnp.zeros(()),
+        (seq, table),
+        in_axes=(1, None),
+    )
+    expected = sum(float(seq[:, i] @ table) for i in range(4))
+    assert float(total) == pytest.approx(expected)
+    np.testing.assert_array_equal(ys, (seq * 2).T)  # ys stack along the leading axis
+
+    # A change to a leaf scanned along axis 1 comes back along axis 1.
+    holder = {"v": seq}
+
+    def bump(c: Any, h: dict[str, Any]) -> Any:
+        h["v"] = h["v"] + c
+        return c + 1.0, None
+
+    filter_scan(bump, jnp.zeros(()), holder, in_axes={"v": -1})
+    np.testing.assert_array_equal(holder["v"], seq + jnp.arange(4.0))
+
+
+def test_scan_carry_marker_on_a_whole_part_of_xs() -> None:
+    counter = {"n": jnp.zeros((), jnp.int32), "label": "steps"}
+
+    def body(total: Any, pair: Any) -> Any:
+        x, c = pair
+        c["n"] = c["n"] + 1
+        return total + x * c["n"], None
+
+    total, _ = filter_scan(body, jnp.zeros(()), (jnp.ones(3), counter), in_axes=(0, Carry))
+    assert float(total) == 6.0
+    assert int(counter["n"]) == 3
+    assert counter["label"] == "steps"
+    assert repr(Carry) == "Carry"
+    assert repr(StateAxes({Kind.STATE: Carry, ...: 0})) == (
+        "StateAxes({OfKind(STATE): Carry, Ellipsis: 0})"
+    )
+
+
+@pytest.mark.parametrize(
+    ("in_axes", "xs", "error", "match"),
+    [
+        (
+            "0",
+            jnp.ones(2),
+            TypeError,
+            r"filter_scan: in_axes: axes are given by an int, None, Carry",
+        ),
+        ((0, 1.5), (jnp.ones(2), jnp.ones(2)), TypeError, r"in_axes\[1\]: axes are given by"),
+        (
+            ({"a": 0}, 0),
+            (jnp.ones(2), jnp.ones(2)),
+            ValueError,
+            r"no prefix of the arguments at xs\[0\]",
+        ),
+        (
+            2,
+            jnp.ones((2, 3)),
+            ValueError,
+            r"in_axes gives axis 2 for xs, an array of shape \(2, 3\)",
+        ),
+        (
+            (1, 0),
+            (jnp.ones((2, 3)), jnp.ones(2)),
+            ValueError,
+            "the scanned axes of xs have different",
+        ),
+        (None, jnp.ones(2), ValueError, "in_axes scans none of the arrays of xs, so pass length"),
+        (
+            StateAxes({Kind.PARAMETER: 0}),
+            jnp.ones(2),
+            ValueError,
+            "a StateAxes applies to a Module",
+        ),
+    ],
+)
+def test_scan_bad_in_axes_name_the_place(in_axes: Any, xs: Any, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        filter_scan(lambda c, x: (c, None), jnp.zeros(()), xs, in_axes=in_axes)
+
+
+def test_scan_state_axes_that_miss_a_leaf_or_a_kind_name_it() -> None:
+    block = Block(KEYS[0])
+    with pytest.raises(ValueError, match=r"no filter of StateAxes\(.*\) accepts xs.mean"):
+        filter_scan(
+            lambda c, b: (c, None), jnp.zeros(()), block, in_axes=StateAxes({Kind.PARAMETER: 0})
+        )
+    with pytest.raises(ValueError, match=r"Carry marks a leaf that filter_scan carries"):
+        filter_vmap(lambda m: m, in_axes=StateAxes({Kind.PARAMETER: 0, ...: Carry}))
+    with pytest.raises(ValueError, match=r"filter_vmap: out_axes: Carry marks"):
+        filter_vmap(lambda m: m, out_axes=Carry)
+    with pytest.raises(TypeError, match=r"StateAxes entry .*: an axis is an int or None"):
+        StateAxes({Kind.PARAMETER: "0"})
+    with pytest.raises(TypeError, match=r"Carry is a marker: give the class itself"):
+        Carry()
+
+
+def test_scan_changes_to_broadcast_or_carried_leaves_that_cannot_hold_touch_nothing() -> None:
+    block = Block(KEYS[0])
+    before = dict(block.state_dict())
+
+    def rescale(x: Any, layer: Block) -> Any:
+        layer.scale = layer.scale * 2  # broadcast (None): one value for every step
+        return layer(x), None
+
+    with pytest.raises(ValueError, match=r"f changed xs.scale, which in_axes broadcasts"):
+        filter_scan(rescale, X, block, in_axes=CARRY_STATS)
+
+    def widen(x: Any, layer: Block) -> Any:
+        layer(x)
+        layer.mean = jnp.concatenate([layer.mean, layer.mean])
+        return x, None
+
+    with pytest.raises(
+        TypeError,
+        match=r"f left float32\[4\] at xs.mean \(carried: Carry in in_axes\), where xs holds float32\[2\]",
+    ):
+        filter_scan(widen, X, block, in_axes=CARRY_STATS)
+
+    def drop(x: Any, layer: Block) -> Any:
+        layer(x)
+        layer.mean = None
+        return x, None
+
+    with pytest.raises(ValueError, match=r"f removed xs.mean, which in_axes carries \(Carry\)"):
+        filter_scan(drop, X, block, in_axes=CARRY_STATS)
+
+    def label(x: Any, layer: Block) -> Any:
+        layer(x)
+        layer.mean = "mean"
+        return x, None
+
+    with pytest.raises(
+        TypeError,
+        match=r"f left a str at xs.mean \(carried: Carry in in_axes\), where xs holds an array",
+    ):
+        filter_scan(label, X, block, in_axes=CARRY_STATS)
+    for key, value in before.items():
+        assert block.state_dict()[key] is value, key
+
+
+# --------------------------------------------------------------------------------------------
 # filter_remat
 
 
@@ -570,3 +820,28 @@ def test_scan_change_to_xs_that_cannot_be_written_back_touches_nothing() -> None
     with pytest.raises(ValueError, match=r"filter_scan: the function changed xs\[1\]"):
         filter_scan(body, jnp.zeros(()), (stack, box))
     assert stack.calls is calls
+
+
+def test_scan_a_broadcast_leaf_replaced_or_removed_is_an_error_touching_nothing() -> None:
+    table = {"a": jnp.ones(2), "b": jnp.zeros(2)}
+    a = table["a"]
+
+    def relabel(c: Any, pair: Any) -> Any:
+        _, t = pair
+        t["a"] = t["b"]  # another leaf's value, not a new array
+        return c, None
+
+    def to_static(c: Any, pair: Any) -> Any:
+        _, t = pair
+        t["a"] = 1.0
+        return c, None
+
+    def drop(c: Any, pair: Any) -> Any:
+        _, t = pair
+        del t["a"]
+        return c, None
+
+    for body in (relabel, to_static, drop):
+        with pytest.raises(ValueError, match=r"f changed xs\[1\]\['a'\], which in_axes broadcasts"):
+            filter_scan(body, jnp.zeros(()), (jnp.ones(3), table), in_axes=(0, None))
+        assert table["a"] is a

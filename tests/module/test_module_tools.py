@@ -1,6 +1,6 @@
 """Modules with the tools around JAX: treescope renders them natively (named submodules,
 leaf counts by kind, shared submodules marked), and orbax checkpoints save and restore them
-through their state dicts, ties kept."""
+directly or through their state dicts, ties kept."""
 
 from __future__ import annotations
 
@@ -146,3 +146,79 @@ def test_orbax_restores_with_a_mismatched_target_only_through_a_clear_error(
     partial = fresh.load_state_dict(restored, strict=False)
     np.testing.assert_array_equal(partial.enc.w, trained.enc.w)
     assert int(partial.steps) == 0
+
+
+def _same_leaves(got: Module, want: Module) -> None:
+    assert list(got.state_dict()) == list(want.state_dict())
+    for key, value in want.state_dict().items():
+        assert got.state_dict()[key].dtype == value.dtype, key
+        np.testing.assert_array_equal(got.state_dict()[key], value, err_msg=key)
+
+
+def test_orbax_saves_a_module_and_restores_it_into_its_abstract_version(tmp_path: Path) -> None:
+    trained = train(Net(jax.random.PRNGKey(0)), 3)
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.save(tmp_path / "ckpt", trained)
+    # The checkpoint names each leaf by its state-dict key, a tied one once.
+    with ocp.StandardCheckpointer() as checkpointer:
+        tree = checkpointer.metadata(tmp_path / "ckpt").item_metadata.tree
+    assert sorted(tree) == sorted(trained.state_dict())
+    assert "dec.w" not in tree
+    assert tree["enc.w"].shape == (3, 3)
+    abstract = oxjax.filter_eval_shape(Net, jax.random.PRNGKey(1))
+    assert isinstance(abstract.enc.w, jax.ShapeDtypeStruct)
+    with ocp.StandardCheckpointer() as checkpointer:
+        restored = checkpointer.restore(tmp_path / "ckpt", abstract)
+    assert type(restored) is Net
+    assert type(restored.enc) is Linear
+    assert restored.enc is restored.dec  # the tie comes back as one submodule
+    assert restored.layers[0].n_out == 2  # configuration kept
+    assert restored.training
+    assert dict(restored.name_to_kind) == dict(trained.name_to_kind)
+    _same_leaves(restored, trained)
+    assert int(restored.steps) == 3
+    # Training goes on from the restored module as from the original.
+    np.testing.assert_allclose(train(restored, 2).enc.w, train(trained, 2).enc.w, rtol=1e-6)
+
+
+def test_orbax_restores_a_module_into_a_concrete_module_and_its_state_dict(
+    tmp_path: Path,
+) -> None:
+    trained = train(Net(jax.random.PRNGKey(0)), 2)
+    fresh = Net(jax.random.PRNGKey(1))
+    before = fresh.state_dict()
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.save(tmp_path / "module", trained)
+        checkpointer.save(tmp_path / "dict", trained.state_dict())
+    with ocp.StandardCheckpointer() as checkpointer:
+        restored = checkpointer.restore(tmp_path / "module", fresh)
+        # A module's checkpoint and its state dict's are one layout: each restores as the other.
+        as_dict = checkpointer.restore(tmp_path / "module", fresh.state_dict())
+        from_dict = checkpointer.restore(tmp_path / "dict", fresh)
+    assert restored.enc is restored.dec
+    assert from_dict.enc is from_dict.dec
+    _same_leaves(restored, trained)
+    _same_leaves(from_dict, trained)
+    _same_leaves(fresh.load_state_dict(as_dict), trained)
+    for key, value in before.items():  # the target is untouched
+        np.testing.assert_array_equal(fresh.state_dict()[key], value, err_msg=key)
+
+
+def test_orbax_refuses_a_mismatched_module_target_naming_the_keys(tmp_path: Path) -> None:
+    trained = Net(jax.random.PRNGKey(0))
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.save(tmp_path / "ckpt", trained)
+    untied = Net(jax.random.PRNGKey(1))
+    untied.dec = Linear(jax.random.PRNGKey(2), 3, 3)  # the checkpoint has no dec.w of its own
+    with (
+        ocp.StandardCheckpointer() as checkpointer,
+        pytest.raises(ValueError, match="structures do not match") as info,
+    ):
+        checkpointer.restore(tmp_path / "ckpt", untied)
+    assert "dec.w" in str(info.value)
+    assert "dec.b" in str(info.value)
+    wider = Net(jax.random.PRNGKey(1))
+    wider.layers = [Linear(jax.random.PRNGKey(2), 3, 4)]
+    with ocp.StandardCheckpointer() as checkpointer, pytest.raises(ValueError, match="shape"):
+        checkpointer.restore(tmp_path / "ckpt", wider)
+    assert wider.layers[0].w.shape == (3, 4)

@@ -12,7 +12,7 @@ import optax
 import oxtree
 import oxtree.jax as oxjax
 import pytest
-from oxtree import Kind, Module, Parameter
+from oxtree import GetAttrKey, Kind, Module, Parameter, SequenceKey
 from oxtree.module import ModulePath
 
 # --------------------------------------------------------------------------------------------
@@ -131,10 +131,25 @@ def test_jax_sees_a_module_as_one_node_keyed_by_paths() -> None:
         ".steps",
     ]
     assert type(paths[0][0]) is ModulePath
-    assert type(paths[2][0]) is jax.tree_util.GetAttrKey
+    # Every key is a ModulePath, a JAX GetAttrKey named by the state-dict key of its leaf.
+    assert type(paths[2][0]) is ModulePath
+    assert paths[2][0] == jax.tree_util.GetAttrKey("steps")
+    assert paths[0][0] == jax.tree_util.GetAttrKey("layers[0].w")
+    assert isinstance(paths[0][0], jax.tree_util.GetAttrKey)
+    assert paths[0][0].path == (GetAttrKey("layers"), SequenceKey(0), GetAttrKey("w"))
     assert paths[0][0] == ModulePath(paths[0][0].path)
     assert hash(paths[0][0]) == hash(ModulePath(paths[0][0].path))
     assert repr(paths[0][0]) == "ModulePath('.layers[0].w')"
+
+
+def test_a_module_path_starts_at_an_attribute() -> None:
+    assert str(ModulePath((GetAttrKey("w"),))) == ".w"
+    with pytest.raises(
+        ValueError, match=r"starts at one of its attributes \(a GetAttrKey\), got \[0\]\.w"
+    ):
+        ModulePath((SequenceKey(0), GetAttrKey("w")))
+    with pytest.raises(ValueError, match=r"got \(\)"):
+        ModulePath(())
 
 
 def test_tree_map_with_none_gradients_keeps_model_structure() -> None:
