@@ -475,7 +475,7 @@ pub fn tuple_subclass_from_top<'py>(
         move_top_into(&obj, stack, stack.len() - n, sys::PyTuple_SET_ITEM);
         // `PyType_GenericAlloc` (every namedtuple class's) tracks a GC type's instance
         // itself; another allocator may not.
-        if alloc as *const () as usize != sys::PyType_GenericAlloc as *const () as usize {
+        if !std::ptr::eq(alloc as *const (), sys::PyType_GenericAlloc as *const ()) {
             track(&obj);
         }
         Ok(obj)
@@ -516,12 +516,20 @@ unsafe fn move_top_into<'py>(
     // nothing between can run Python code.
     unsafe {
         let values = stack.as_ptr().add(start);
-        for i in 0..n {
+        let move_one = |i: usize| {
             set(
                 seq.as_ptr(),
                 i as sys::Py_ssize_t,
                 (*values.add(i)).as_ptr(),
-            );
+            )
+        };
+        // Most containers are small: a loop known to run at most 4 times is laid out
+        // straight, where the general one is unrolled by 4 behind a prologue (a 500-deep
+        // chain of 1-item lists spent a sixth of its own loop there).
+        if n <= 4 {
+            (0..n.min(4)).for_each(move_one);
+        } else {
+            (0..n).for_each(move_one);
         }
         stack.set_len(start);
     }
