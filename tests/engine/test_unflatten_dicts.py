@@ -128,8 +128,7 @@ def test_many_key_lists_share_the_template_slots(count: int) -> None:
         values = [object() for _ in leaves]
         got = spec.unflatten(values)
         want = optree.tree_unflatten(structure, values)
-        assert len(got) == len(want)
-        for g, w in zip(got, want):
+        for g, w in zip(got, want, strict=True):
             _same_dict(g, w)
 
 
