@@ -113,6 +113,25 @@ def test_nested_and_repeated_key_lists() -> None:
         assert oxtree.tree_map(lambda v: v, tree) == tree
 
 
+@pytest.mark.parametrize("count", [150, 3000])
+def test_many_key_lists_share_the_template_slots(count: int) -> None:
+    # More key lists (and orders) than the thread keeps templates for: key lists meet in a
+    # slot pair, take each other's places, and every rebuild is still the right dict.
+    tree = [
+        {f"k{(i * 7 + j) % 53}": j for j in range(2 + i % 4)}
+        | ({"a": -1, "Z": -2} if i % 3 else {"Z": -2, "a": -1})
+        for i in range(count)
+    ]
+    leaves, spec = oxtree.tree_flatten(tree)
+    structure = optree.tree_structure(tree)
+    for _ in range(REBUILDS):
+        values = [object() for _ in leaves]
+        got = spec.unflatten(values)
+        want = optree.tree_unflatten(structure, values)
+        for g, w in zip(got, want, strict=True):
+            _same_dict(g, w)
+
+
 def test_non_str_and_mixed_keys_are_built_key_by_key() -> None:
     for tree in ({1: "a", 0: "b"}, {"a": 1, 2: "c"}, {(1,): 1, (0,): 2}):
         leaves, spec = oxtree.tree_flatten(tree)

@@ -97,13 +97,60 @@ pub fn build_with<'py>(
     // thread's spares at the end (a wide tree's buffers would otherwise be page-faulted in
     // afresh on every call).
     let mut stack = spare::take(Slot::Values, spec.nodes.len().min(spec.num_leaves() + 1));
-    let root = build_values(py, spec, leaves.drain(..), &mut stack, visit);
+    let root = match visit {
+        Visit::Rebuild => rebuild_values(py, spec, leaves.drain(..), &mut stack),
+        _ => build_values(py, spec, leaves.drain(..), &mut stack, visit),
+    };
     spare::give_back(Slot::Leaves, leaves);
     spare::give_back(Slot::Values, stack);
     root
 }
 
-/// The loop of `build_with`, over a value stack the caller provides.
+/// The loop of `build_with` for unflatten, over a value stack the caller provides: the
+/// `Visit::Rebuild` arms alone, so each node costs one match on its kind.
+fn rebuild_values<'py>(
+    py: Python<'py>,
+    spec: &PyTreeSpec,
+    mut leaves: impl Iterator<Item = Bound<'py, PyAny>>,
+    stack: &mut Vec<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    for node in &spec.nodes {
+        let value = rebuilt(py, spec, node, &mut leaves, stack)?;
+        stack.push(value);
+    }
+    stack.pop().invariant("a treespec rebuilt no root")
+}
+
+/// The value unflatten makes of `node`: the next leaf, None, or the container of the
+/// top values of `stack`, which it takes off.
+#[inline(always)]
+fn rebuilt<'py>(
+    py: Python<'py>,
+    spec: &PyTreeSpec,
+    node: &Node,
+    leaves: &mut impl Iterator<Item = Bound<'py, PyAny>>,
+    stack: &mut Vec<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match node.kind {
+        Kind::Leaf => leaves.next().invariant(LEAVES_COUNTED)?,
+        Kind::None => py.None().into_bound(py),
+        Kind::Dict => {
+            // The children stay on the stack while the dict takes references to them:
+            // no vector for the insertion order.
+            let start = stack.len() - node.arity;
+            dict_from(py, node, stack, start, spec.face)?
+        }
+        Kind::Tuple => seq_from_top(py, stack, node.arity, false)?,
+        Kind::List => seq_from_top(py, stack, node.arity, true)?,
+        Kind::NamedTuple => namedtuple_from_top(node.kept(py)?, stack, node.arity)?,
+        _ => {
+            let start = stack.len() - node.arity;
+            make_node(py, spec.face, node, stack.drain(start..))?
+        }
+    })
+}
+
+/// The loop of `build_with` for the walks, over a value stack the caller provides.
 fn build_values<'py>(
     py: Python<'py>,
     spec: &PyTreeSpec,
@@ -113,7 +160,7 @@ fn build_values<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     for node in &spec.nodes {
         let value = match (node.kind, visit) {
-            (Kind::Leaf, Visit::Rebuild) => leaves.next().invariant(LEAVES_COUNTED)?,
+            (_, Visit::Rebuild) => rebuilt(py, spec, node, &mut leaves, stack)?,
             (
                 Kind::Leaf,
                 Visit::Traverse { f_leaf, .. }
@@ -125,22 +172,6 @@ fn build_values<'py>(
                     Some(f) => f.call1((leaf,))?,
                     None => leaf,
                 }
-            }
-            (Kind::None, Visit::Rebuild) => py.None().into_bound(py),
-            (Kind::Dict, Visit::Rebuild) => {
-                // The children stay on the stack while the dict takes references to them:
-                // no vector for the insertion order.
-                let start = stack.len() - node.arity;
-                dict_from(py, node, stack, start, spec.face)?
-            }
-            (Kind::Tuple, Visit::Rebuild) => seq_from_top(py, stack, node.arity, false)?,
-            (Kind::List, Visit::Rebuild) => seq_from_top(py, stack, node.arity, true)?,
-            (Kind::NamedTuple, Visit::Rebuild) => {
-                namedtuple_from_top(node.kept(py)?, stack, node.arity)?
-            }
-            (_, Visit::Rebuild) => {
-                let start = stack.len() - node.arity;
-                make_node(py, spec.face, node, stack.drain(start..))?
             }
             (_, Visit::Traverse { f_node, .. }) => {
                 let start = stack.len() - node.arity;
