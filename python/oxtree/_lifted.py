@@ -71,6 +71,33 @@ class _Flat:
         return leaves
 
 
+def _split_moved(
+    flat: _Flat, before: list[Any], changes: _Changes | None, changed: list[Any]
+) -> None:
+    """Makes each place where the function put another array leaf of its arguments
+    (``m.a = m.b``, or a new attribute holding one) a changed array of its own (appended to
+    ``changed``). Under vmap and scan that leaf's value differs from element to element or
+    from step to step, so the place must come back along its own axis (or be carried, as its
+    own axis says), holding what a Python loop over the same objects would leave there, not
+    the caller's leaf it was taken from."""
+    if changes is None:
+        return
+    paths = flat.graphdef.paths()
+    own = {paths[i]: i for i in flat.dynamic}
+    dynamic = set(flat.dynamic)
+    for n, ((kind, v), path) in enumerate(
+        zip(changes.sources, changes.graphdef.paths(), strict=True)
+    ):
+        if kind != 0 or v not in dynamic:
+            continue
+        i = own.get(path)
+        if i == v or (i is not None and before[v] is before[i]):
+            continue
+        changes.sources[n] = (1, changes.count)
+        changes.count += 1
+        changed.append(before[v])
+
+
 def _run(
     fn: Callable[..., Any],
     flat: _Flat,
@@ -354,6 +381,34 @@ def _axis_at(spec: Any, root: Any, path: tuple[Any, ...], leaf: Any, what: str, 
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def _check_prefix(
+    spec: Any, node: Any, path: tuple[Any, ...], what: str, where: Callable[[tuple[Any, ...]], str]
+) -> None:
+    """Raises a ValueError where a tuple, list or dict of ``spec`` has other entries than the
+    tuple, list or dict of ``node`` it stands for (a longer tuple, a key the dict lacks)."""
+    if isinstance(spec, tuple | list) and isinstance(node, tuple | list):
+        if len(spec) != len(node):
+            raise ValueError(
+                f"{what}: the axes {spec!r} are no prefix of the arguments at {where(path)}: "
+                f"{len(spec)} entries for a {type(node).__name__} of {len(node)}"
+            )
+        for i, (s, n) in enumerate(zip(spec, node, strict=True)):
+            _check_prefix(s, n, (*path, SequenceKey(i)), what, where)
+    elif isinstance(spec, dict) and isinstance(node, dict):
+        extra = [k for k in spec if k not in node]
+        missing = [k for k in node if k not in spec]
+        if extra or missing:
+            wrong = f"keys {extra!r} the dict there lacks" if extra else ""
+            wrong += "; " if extra and missing else ""
+            wrong += f"no entry for its keys {missing!r}" if missing else ""
+            raise ValueError(
+                f"{what}: the axes {spec!r} are no prefix of the arguments at "
+                f"{where(path)}: {wrong}"
+            )
+        for k, s in spec.items():
+            _check_prefix(s, node[k], (*path, DictKey(k)), what, where)
+
+
 def _axes_of(
     spec: Any,
     roots: tuple[Any, ...],
@@ -362,9 +417,19 @@ def _axes_of(
     which: Sequence[int],
     what: str,
     where: Callable[[tuple[Any, ...]], str],
+    *,
+    whole: bool = True,
 ) -> list[Any]:
     """The axis of each leaf in ``which`` of a graph of ``roots`` (paths start with the root's
-    index when there are several), ``spec`` holding one prefix per root."""
+    index when there are several), ``spec`` holding one prefix per root. With ``whole``, the
+    tuples, lists and dicts of ``spec`` must match those of the roots entry for entry, as
+    ``jax.vmap`` demands, even where no array leaf lies below them."""
+    if whole:
+        if len(roots) > 1:
+            for r, root in enumerate(roots):
+                _check_prefix(spec[r], root, (SequenceKey(r),), what, where)
+        else:
+            _check_prefix(spec, roots[0], (), what, where)
     paths = graphdef.paths()
     axes = []
     for i in which:
@@ -527,9 +592,9 @@ class _Vmapped:
 
         def traced(mapped_values: list[Any], kept_values: list[Any]) -> Any:
             joined = [*mapped_values, *kept_values]
-            out, new_roots, changes, changed = _run(
-                self._fn, flat, [joined[k] for k in gather], self._namespace, name
-            )
+            values = [joined[k] for k in gather]
+            out, new_roots, changes, changed = _run(self._fn, flat, values, self._namespace, name)
+            _split_moved(flat, flat.with_values(values), changes, changed)
             result = _Result.of(out, self._out_axes, new_roots, changes, changed, spec, self)
             found[:] = [result]
             return result.mapped, result.kept, _Box(result)
@@ -632,7 +697,9 @@ class _Result:
             # The changed leaves keep the axes their places have in in_axes.
             after, after_gd = graph_flatten(*roots, namespace=vmapped._namespace)
             positions = [i for i, (kind, _) in enumerate(changes.sources) if kind == 1]
-            axes += _axes_of(in_spec, roots, after_gd, after, positions, f"{name}: in_axes", _where)
+            axes += _axes_of(
+                in_spec, roots, after_gd, after, positions, f"{name}: in_axes", _where, whole=False
+            )
             paths = after_gd.paths()
             labels += [_where(paths[i]) for i in positions]
             values += changed
@@ -754,6 +821,7 @@ def filter_scan(
         x_changes, x_changed = _Changes.of(
             (x_obj,), x_before, xs_flat.graphdef, namespace, name, _where_in("xs"), x_objects
         )
+        _split_moved(xs_flat, x_before, x_changes, x_changed)
         new_carried, stacked = roles.after_step(x_before, x_changes, x_changed, carried_values)
         new_leaves, new_gd = graph_flatten(new_carry, namespace=namespace)
         _check_carry(new_leaves, new_gd, carry_flat, carry_values, carry_paths, name)
