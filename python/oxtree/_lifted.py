@@ -745,6 +745,7 @@ def filter_scan(
     length: int | None = None,
     *,
     in_axes: Any = 0,
+    out_axes: Any = 0,
     reverse: bool = False,
     unroll: int | bool = 1,
     namespace: str = "",
@@ -764,7 +765,10 @@ def filter_scan(
     same whole value at every step), :class:`Carry` (carried: each step sees what the step
     before left there), a :class:`StateAxes` for a Module (``StateAxes({BatchStats: Carry,
     ...: 0})`` scans the stacked parameters and carries the statistics through the layers),
-    or a tuple, list or dict of them, a prefix of ``xs``.
+    or a tuple, list or dict of them, a prefix of ``xs``. ``out_axes`` says along which axis
+    each array leaf of the ``ys`` is stacked: an int (0 by default, as ``jax.lax.scan``
+    stacks them), or a tuple, list or dict of ints (or a :class:`StateAxes` of ints for a
+    Module), a prefix of ``y``.
 
     What ``f`` changes in place in the slices of ``xs`` (a layer's counter, new attributes)
     is written back to the caller's ``xs`` objects, stacked along the axis its place is
@@ -788,6 +792,7 @@ def filter_scan(
     name = "filter_scan"
     _check_fn(f, name)
     _check_spec(in_axes, f"{name}: in_axes", carry=True)
+    _check_spec(out_axes, f"{name}: out_axes")
     carry_flat = _Flat((init,), namespace, _is_array)
     xs_flat = _Flat((xs,), namespace, _is_array)
     both, _ = graph_flatten(init, xs, namespace=namespace)
@@ -827,11 +832,12 @@ def filter_scan(
         _check_carry(new_leaves, new_gd, carry_flat, carry_values, carry_paths, name)
         y_leaves, y_gd = graph_flatten(y, namespace=namespace)
         y_out = _Out(y_leaves, y_gd, x_changes)
+        y_axes = _stack_axes(out_axes, y, y_leaves, y_gd, name)
         found[:] = [c_changes is not None]
         new_values = [new_leaves[i] for i in carry_flat.dynamic]
         return (new_values, new_carried), (
             [*y_out.arrays_of(y_leaves), *[x_changed[j] for j, _ in stacked]],
-            _Box((y_out, stacked)),
+            _Box((y_out, stacked, y_axes)),
         )
 
     (final, final_carried), (ys, box) = jax.lax.scan(
@@ -842,7 +848,7 @@ def filter_scan(
         reverse=reverse,
         unroll=unroll,
     )
-    y_out, stacked = box.value
+    y_out, stacked, y_axes = box.value
     ys = tuple(ys)
     if y_out.changes is not None:
         cut = len(ys) - len(stacked)
@@ -856,7 +862,35 @@ def filter_scan(
         count = len(_walk((init,)))
         _write_back((init,), (carry_out,), tuple(range(count)))
         carry_out = graph_unflatten(carry_flat.graphdef, carry_flat.with_values(final))
+    if y_axes is not None:
+        ys = tuple(y if a == 0 else jnp.moveaxis(y, 0, a) for y, a in zip(ys, y_axes, strict=True))
     return carry_out, y_out.rebuild(ys)
+
+
+def _stack_axes(
+    out_axes: Any, y: Any, leaves: list[Any], graphdef: GraphDef, name: str
+) -> list[int] | None:
+    """The axis ``out_axes`` (a prefix of ``y``) stacks each array leaf of ``y`` along, or
+    None when every one is stacked along axis 0."""
+    if type(out_axes) is int and out_axes == 0:
+        return None
+    positions = [i for i, x in enumerate(leaves) if _is_array(x)]
+    where = _where_in("y")
+    axes = _axes_of(out_axes, (y,), graphdef, leaves, positions, f"{name}: out_axes", where)
+    paths = graphdef.paths()
+    for i, axis in zip(positions, axes, strict=True):
+        ndim = jnp.ndim(leaves[i]) + 1
+        if axis is None:
+            raise ValueError(
+                f"{name}: out_axes gives None for {where(paths[i])}, but every array leaf of "
+                "y is stacked, one slice per step: give it an int axis"
+            )
+        if _normalized(axis, ndim) is None:
+            raise ValueError(
+                f"{name}: out_axes gives axis {axis} for {where(paths[i])}, whose stacked "
+                f"ys have rank {ndim}"
+            )
+    return axes
 
 
 class _ScanRoles:

@@ -954,3 +954,55 @@ def test_vmap_a_place_pointed_at_another_leaf_comes_back_along_its_own_axis() ->
     with pytest.raises(ValueError, match=r"args\[0\]\['t'\] is not mapped"):
         filter_vmap(h, in_axes=({"a": 0, "b": 1, "t": None},))(d)
     assert all(d[k] is v for k, v in before.items())
+
+
+def test_scan_out_axes_stack_ys_along_the_given_axes() -> None:
+    xs = jnp.arange(12.0).reshape(3, 2, 2)
+
+    def step(c: Any, x: Any) -> Any:
+        return c + x.sum(), {"m": x * 2, "s": x.sum(), "v": x[0]}
+
+    zero = jnp.zeros(())
+    _, plain = jax.lax.scan(step, zero, xs)
+    total, ys = filter_scan(step, zero, xs, out_axes={"m": 2, "s": 0, "v": -1})
+    np.testing.assert_array_equal(ys["m"], jnp.moveaxis(plain["m"], 0, 2))
+    np.testing.assert_array_equal(ys["s"], plain["s"])
+    np.testing.assert_array_equal(ys["v"], plain["v"].T)
+    assert float(total) == float(xs.sum())
+    _, ys = filter_scan(lambda c, x: (c, (x, x[0])), zero, xs, out_axes=1)
+    np.testing.assert_array_equal(ys[0], jnp.moveaxis(xs, 0, 1))
+    np.testing.assert_array_equal(ys[1], xs[:, 0].T)
+    # A Module stacked along axis 1, and its static leaves kept.
+    _, layers = filter_scan(
+        lambda c, k: (c, Linear(k)), 0.0, KEYS, out_axes=StateAxes({Kind.PARAMETER: 1, ...: 0})
+    )
+    assert layers.w.shape == (2, 3, 2)
+    assert layers.calls.shape == (3,)
+    assert layers.act == "tanh"
+
+
+@pytest.mark.parametrize(
+    ("out_axes", "error", "match"),
+    [
+        ({"m": None, "s": 0}, ValueError, r"out_axes gives None for y\['m'\], but every array"),
+        (3, ValueError, r"out_axes gives axis 3 for y\['m'\], whose stacked ys have rank 3"),
+        ({"m": 0}, ValueError, r"out_axes: the axes \{'m': 0\} are no prefix .*no entry"),
+        ((0, 1), ValueError, r"out_axes: the axes \(0, 1\) are no prefix .* at y\['m'\]"),
+        ("0", TypeError, r"filter_scan: out_axes: axes are given by an int, None, a StateAxes"),
+        (Carry, ValueError, r"filter_scan: out_axes: Carry marks"),
+    ],
+)
+def test_scan_bad_out_axes_name_the_place_and_touch_nothing(
+    out_axes: Any, error: type, match: str
+) -> None:
+    box = {"v": jnp.zeros(3)}
+    v = box["v"]
+
+    def step(c: Any, pair: Any) -> Any:
+        x, b = pair
+        b["v"] = b["v"] + 1.0
+        return c, {"m": jnp.ones((2, 2)) * x, "s": x}
+
+    with pytest.raises(error, match=match):
+        filter_scan(step, 0.0, (jnp.ones(3), box), in_axes=(0, Carry), out_axes=out_axes)
+    assert box["v"] is v
