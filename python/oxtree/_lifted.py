@@ -71,6 +71,33 @@ class _Flat:
         return leaves
 
 
+def _split_moved(
+    flat: _Flat, before: list[Any], changes: _Changes | None, changed: list[Any]
+) -> None:
+    """Makes each place where the function put another array leaf of its arguments
+    (``m.a = m.b``, or a new attribute holding one) a changed array of its own (appended to
+    ``changed``). Under vmap and scan that leaf's value differs from element to element or
+    from step to step, so the place must come back along its own axis (or be carried, as its
+    own axis says), holding what a Python loop over the same objects would leave there, not
+    the caller's leaf it was taken from."""
+    if changes is None:
+        return
+    paths = flat.graphdef.paths()
+    own = {paths[i]: i for i in flat.dynamic}
+    dynamic = set(flat.dynamic)
+    for n, ((kind, v), path) in enumerate(
+        zip(changes.sources, changes.graphdef.paths(), strict=True)
+    ):
+        if kind != 0 or v not in dynamic:
+            continue
+        i = own.get(path)
+        if i == v or (i is not None and before[v] is before[i]):
+            continue
+        changes.sources[n] = (1, changes.count)
+        changes.count += 1
+        changed.append(before[v])
+
+
 def _run(
     fn: Callable[..., Any],
     flat: _Flat,
@@ -354,6 +381,34 @@ def _axis_at(spec: Any, root: Any, path: tuple[Any, ...], leaf: Any, what: str, 
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def _check_prefix(
+    spec: Any, node: Any, path: tuple[Any, ...], what: str, where: Callable[[tuple[Any, ...]], str]
+) -> None:
+    """Raises a ValueError where a tuple, list or dict of ``spec`` has other entries than the
+    tuple, list or dict of ``node`` it stands for (a longer tuple, a key the dict lacks)."""
+    if isinstance(spec, tuple | list) and isinstance(node, tuple | list):
+        if len(spec) != len(node):
+            raise ValueError(
+                f"{what}: the axes {spec!r} are no prefix of the arguments at {where(path)}: "
+                f"{len(spec)} entries for a {type(node).__name__} of {len(node)}"
+            )
+        for i, (s, n) in enumerate(zip(spec, node, strict=True)):
+            _check_prefix(s, n, (*path, SequenceKey(i)), what, where)
+    elif isinstance(spec, dict) and isinstance(node, dict):
+        extra = [k for k in spec if k not in node]
+        missing = [k for k in node if k not in spec]
+        if extra or missing:
+            wrong = f"keys {extra!r} the dict there lacks" if extra else ""
+            wrong += "; " if extra and missing else ""
+            wrong += f"no entry for its keys {missing!r}" if missing else ""
+            raise ValueError(
+                f"{what}: the axes {spec!r} are no prefix of the arguments at "
+                f"{where(path)}: {wrong}"
+            )
+        for k, s in spec.items():
+            _check_prefix(s, node[k], (*path, DictKey(k)), what, where)
+
+
 def _axes_of(
     spec: Any,
     roots: tuple[Any, ...],
@@ -362,9 +417,19 @@ def _axes_of(
     which: Sequence[int],
     what: str,
     where: Callable[[tuple[Any, ...]], str],
+    *,
+    whole: bool = True,
 ) -> list[Any]:
     """The axis of each leaf in ``which`` of a graph of ``roots`` (paths start with the root's
-    index when there are several), ``spec`` holding one prefix per root."""
+    index when there are several), ``spec`` holding one prefix per root. With ``whole``, the
+    tuples, lists and dicts of ``spec`` must match those of the roots entry for entry, as
+    ``jax.vmap`` demands, even where no array leaf lies below them."""
+    if whole:
+        if len(roots) > 1:
+            for r, root in enumerate(roots):
+                _check_prefix(spec[r], root, (SequenceKey(r),), what, where)
+        else:
+            _check_prefix(spec, roots[0], (), what, where)
     paths = graphdef.paths()
     axes = []
     for i in which:
@@ -527,9 +592,9 @@ class _Vmapped:
 
         def traced(mapped_values: list[Any], kept_values: list[Any]) -> Any:
             joined = [*mapped_values, *kept_values]
-            out, new_roots, changes, changed = _run(
-                self._fn, flat, [joined[k] for k in gather], self._namespace, name
-            )
+            values = [joined[k] for k in gather]
+            out, new_roots, changes, changed = _run(self._fn, flat, values, self._namespace, name)
+            _split_moved(flat, flat.with_values(values), changes, changed)
             result = _Result.of(out, self._out_axes, new_roots, changes, changed, spec, self)
             found[:] = [result]
             return result.mapped, result.kept, _Box(result)
@@ -632,7 +697,9 @@ class _Result:
             # The changed leaves keep the axes their places have in in_axes.
             after, after_gd = graph_flatten(*roots, namespace=vmapped._namespace)
             positions = [i for i, (kind, _) in enumerate(changes.sources) if kind == 1]
-            axes += _axes_of(in_spec, roots, after_gd, after, positions, f"{name}: in_axes", _where)
+            axes += _axes_of(
+                in_spec, roots, after_gd, after, positions, f"{name}: in_axes", _where, whole=False
+            )
             paths = after_gd.paths()
             labels += [_where(paths[i]) for i in positions]
             values += changed
@@ -678,6 +745,7 @@ def filter_scan(
     length: int | None = None,
     *,
     in_axes: Any = 0,
+    out_axes: Any = 0,
     reverse: bool = False,
     unroll: int | bool = 1,
     namespace: str = "",
@@ -697,7 +765,10 @@ def filter_scan(
     same whole value at every step), :class:`Carry` (carried: each step sees what the step
     before left there), a :class:`StateAxes` for a Module (``StateAxes({BatchStats: Carry,
     ...: 0})`` scans the stacked parameters and carries the statistics through the layers),
-    or a tuple, list or dict of them, a prefix of ``xs``.
+    or a tuple, list or dict of them, a prefix of ``xs``. ``out_axes`` says along which axis
+    each array leaf of the ``ys`` is stacked: an int (0 by default, as ``jax.lax.scan``
+    stacks them), or a tuple, list or dict of ints (or a :class:`StateAxes` of ints for a
+    Module), a prefix of ``y``.
 
     What ``f`` changes in place in the slices of ``xs`` (a layer's counter, new attributes)
     is written back to the caller's ``xs`` objects, stacked along the axis its place is
@@ -721,6 +792,7 @@ def filter_scan(
     name = "filter_scan"
     _check_fn(f, name)
     _check_spec(in_axes, f"{name}: in_axes", carry=True)
+    _check_spec(out_axes, f"{name}: out_axes")
     carry_flat = _Flat((init,), namespace, _is_array)
     xs_flat = _Flat((xs,), namespace, _is_array)
     both, _ = graph_flatten(init, xs, namespace=namespace)
@@ -754,16 +826,18 @@ def filter_scan(
         x_changes, x_changed = _Changes.of(
             (x_obj,), x_before, xs_flat.graphdef, namespace, name, _where_in("xs"), x_objects
         )
+        _split_moved(xs_flat, x_before, x_changes, x_changed)
         new_carried, stacked = roles.after_step(x_before, x_changes, x_changed, carried_values)
         new_leaves, new_gd = graph_flatten(new_carry, namespace=namespace)
         _check_carry(new_leaves, new_gd, carry_flat, carry_values, carry_paths, name)
         y_leaves, y_gd = graph_flatten(y, namespace=namespace)
         y_out = _Out(y_leaves, y_gd, x_changes)
+        y_axes = _stack_axes(out_axes, y, y_leaves, y_gd, name)
         found[:] = [c_changes is not None]
         new_values = [new_leaves[i] for i in carry_flat.dynamic]
         return (new_values, new_carried), (
             [*y_out.arrays_of(y_leaves), *[x_changed[j] for j, _ in stacked]],
-            _Box((y_out, stacked)),
+            _Box((y_out, stacked, y_axes)),
         )
 
     (final, final_carried), (ys, box) = jax.lax.scan(
@@ -774,7 +848,7 @@ def filter_scan(
         reverse=reverse,
         unroll=unroll,
     )
-    y_out, stacked = box.value
+    y_out, stacked, y_axes = box.value
     ys = tuple(ys)
     if y_out.changes is not None:
         cut = len(ys) - len(stacked)
@@ -788,7 +862,35 @@ def filter_scan(
         count = len(_walk((init,)))
         _write_back((init,), (carry_out,), tuple(range(count)))
         carry_out = graph_unflatten(carry_flat.graphdef, carry_flat.with_values(final))
+    if y_axes is not None:
+        ys = tuple(y if a == 0 else jnp.moveaxis(y, 0, a) for y, a in zip(ys, y_axes, strict=True))
     return carry_out, y_out.rebuild(ys)
+
+
+def _stack_axes(
+    out_axes: Any, y: Any, leaves: list[Any], graphdef: GraphDef, name: str
+) -> list[int] | None:
+    """The axis ``out_axes`` (a prefix of ``y``) stacks each array leaf of ``y`` along, or
+    None when every one is stacked along axis 0."""
+    if type(out_axes) is int and out_axes == 0:
+        return None
+    positions = [i for i, x in enumerate(leaves) if _is_array(x)]
+    where = _where_in("y")
+    axes = _axes_of(out_axes, (y,), graphdef, leaves, positions, f"{name}: out_axes", where)
+    paths = graphdef.paths()
+    for i, axis in zip(positions, axes, strict=True):
+        ndim = jnp.ndim(leaves[i]) + 1
+        if axis is None:
+            raise ValueError(
+                f"{name}: out_axes gives None for {where(paths[i])}, but every array leaf of "
+                "y is stacked, one slice per step: give it an int axis"
+            )
+        if _normalized(axis, ndim) is None:
+            raise ValueError(
+                f"{name}: out_axes gives axis {axis} for {where(paths[i])}, whose stacked "
+                f"ys have rank {ndim}"
+            )
+    return axes
 
 
 class _ScanRoles:

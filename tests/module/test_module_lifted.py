@@ -845,3 +845,164 @@ def test_scan_a_broadcast_leaf_replaced_or_removed_is_an_error_touching_nothing(
         with pytest.raises(ValueError, match=r"f changed xs\[1\]\['a'\], which in_axes broadcasts"):
             filter_scan(body, jnp.zeros(()), (jnp.ones(3), table), in_axes=(0, None))
         assert table["a"] is a
+
+
+# --------------------------------------------------------------------------------------------
+# Axes that are no prefix of the arguments, and leaves moved to another place
+
+
+@pytest.mark.parametrize(
+    ("in_axes", "xs", "match"),
+    [
+        ((0, 0, 0), (jnp.ones(3), jnp.ones(3)), r"at xs: 3 entries for a tuple of 2"),
+        ((0, [0, 0]), (jnp.ones(3), [jnp.ones(3)]), r"at xs\[1\]: 2 entries for a list of 1"),
+        ({"a": 0, "b": 0}, {"a": jnp.ones(3)}, r"at xs: keys \['b'\] the dict there lacks"),
+        (
+            {"a": 0},
+            {"a": jnp.ones(3), "tag": "static"},
+            r"at xs: no entry for its keys \['tag'\]",
+        ),
+    ],
+)
+def test_axes_with_more_or_other_entries_than_the_arguments_are_refused(
+    in_axes: Any, xs: Any, match: str
+) -> None:
+    # jax.vmap refuses the same axes for the same value.
+    with pytest.raises(ValueError, match="must be a tree prefix"):
+        jax.vmap(lambda x: x, in_axes=(in_axes,))(xs)
+    before = oxtree.tree_leaves(xs)
+    with pytest.raises(
+        ValueError, match=r"filter_scan: in_axes: the axes .* no prefix .* " + match
+    ):
+        filter_scan(lambda c, x: (c, None), jnp.zeros(()), xs, in_axes=in_axes)
+    vmap_match = match.replace("at xs", r"at args\[0\]")
+    with pytest.raises(ValueError, match=r"filter_vmap: in_axes: the axes .* " + vmap_match):
+        filter_vmap(lambda x: x, in_axes=(in_axes,))(xs)
+    with pytest.raises(ValueError, match=r"filter_vmap: out_axes: the axes .* no prefix"):
+        filter_vmap(lambda x: (x, x), out_axes=(0, 0, 0))(jnp.ones(3))
+    assert all(a is b for a, b in zip(oxtree.tree_leaves(xs), before, strict=True))
+
+
+class Tracker(Module):
+    def __init__(self) -> None:
+        self.register_state("n", jnp.zeros(()))
+        self.register_state("prev", jnp.zeros(()))
+
+
+def test_scan_a_carried_place_pointed_at_another_leaf_ends_as_a_python_loop() -> None:
+    xs = jnp.asarray([1.0, 2.0, 4.0])
+
+    def step(t: Tracker, x: Any) -> None:
+        t.prev = t.n  # the carried n of this step, not the caller's n
+        t.n = t.n + x
+
+    loop = Tracker()
+    for x in xs:
+        step(loop, x)
+
+    def body(c: Any, pair: Any) -> Any:
+        x, t = pair
+        step(t, x)
+        return c, None
+
+    t = Tracker()
+    filter_scan(body, jnp.zeros(()), (xs, t), in_axes=(0, Carry))
+    assert (float(t.n), float(t.prev)) == (float(loop.n), float(loop.prev)) == (7.0, 3.0)
+    (n, prev), _ = jax.lax.scan(lambda c, x: ((c[0] + x, c[0]), None), (0.0, 0.0), xs)
+    assert (float(t.n), float(t.prev)) == (float(n), float(prev))
+
+    # A carried place given a scanned leaf ends with its last slice; a new attribute given a
+    # broadcast leaf is stacked like any new leaf, one copy per step.
+    d = {"last": jnp.zeros(2), "seq": jnp.arange(6.0).reshape(3, 2), "table": jnp.ones(2)}
+    seq, table = d["seq"], d["table"]
+
+    def take(c: Any, d: dict[str, Any]) -> Any:
+        d["last"] = d["seq"]
+        d["copy"] = d["table"]
+        return c, None
+
+    filter_scan(take, jnp.zeros(()), d, in_axes={"last": Carry, "seq": 0, "table": None})
+    np.testing.assert_array_equal(d["last"], seq[-1])
+    np.testing.assert_array_equal(d["copy"], jnp.stack([table] * 3))
+    assert d["seq"] is seq
+    assert d["table"] is table
+
+
+def test_vmap_a_place_pointed_at_another_leaf_comes_back_along_its_own_axis() -> None:
+    d = {"a": jnp.zeros((3, 2)), "b": jnp.arange(6.0).reshape(2, 3), "t": jnp.ones(2)}
+    b = d["b"]
+
+    def f(d: dict[str, Any]) -> None:
+        d["a"] = d["b"]
+
+    filter_vmap(f, in_axes=({"a": 0, "b": 1, "t": None},))(d)
+    np.testing.assert_array_equal(d["a"], jax.vmap(lambda x: x, in_axes=1)(b))
+    assert d["b"] is b
+
+    def g(d: dict[str, Any]) -> None:
+        d["a"] = d["t"]
+
+    filter_vmap(g, in_axes=({"a": 0, "b": 1, "t": None},))(d)
+    np.testing.assert_array_equal(d["a"], jnp.ones((3, 2)))
+
+    # An element's own value moved to a place that is not mapped cannot be kept.
+    before = dict(d)
+
+    def h(d: dict[str, Any]) -> None:
+        d["t"] = d["a"]
+
+    with pytest.raises(ValueError, match=r"args\[0\]\['t'\] is not mapped"):
+        filter_vmap(h, in_axes=({"a": 0, "b": 1, "t": None},))(d)
+    assert all(d[k] is v for k, v in before.items())
+
+
+def test_scan_out_axes_stack_ys_along_the_given_axes() -> None:
+    xs = jnp.arange(12.0).reshape(3, 2, 2)
+
+    def step(c: Any, x: Any) -> Any:
+        return c + x.sum(), {"m": x * 2, "s": x.sum(), "v": x[0]}
+
+    zero = jnp.zeros(())
+    _, plain = jax.lax.scan(step, zero, xs)
+    total, ys = filter_scan(step, zero, xs, out_axes={"m": 2, "s": 0, "v": -1})
+    np.testing.assert_array_equal(ys["m"], jnp.moveaxis(plain["m"], 0, 2))
+    np.testing.assert_array_equal(ys["s"], plain["s"])
+    np.testing.assert_array_equal(ys["v"], plain["v"].T)
+    assert float(total) == float(xs.sum())
+    _, ys = filter_scan(lambda c, x: (c, (x, x[0])), zero, xs, out_axes=1)
+    np.testing.assert_array_equal(ys[0], jnp.moveaxis(xs, 0, 1))
+    np.testing.assert_array_equal(ys[1], xs[:, 0].T)
+    # A Module stacked along axis 1, and its static leaves kept.
+    _, layers = filter_scan(
+        lambda c, k: (c, Linear(k)), 0.0, KEYS, out_axes=StateAxes({Kind.PARAMETER: 1, ...: 0})
+    )
+    assert layers.w.shape == (2, 3, 2)
+    assert layers.calls.shape == (3,)
+    assert layers.act == "tanh"
+
+
+@pytest.mark.parametrize(
+    ("out_axes", "error", "match"),
+    [
+        ({"m": None, "s": 0}, ValueError, r"out_axes gives None for y\['m'\], but every array"),
+        (3, ValueError, r"out_axes gives axis 3 for y\['m'\], whose stacked ys have rank 3"),
+        ({"m": 0}, ValueError, r"out_axes: the axes \{'m': 0\} are no prefix .*no entry"),
+        ((0, 1), ValueError, r"out_axes: the axes \(0, 1\) are no prefix .* at y\['m'\]"),
+        ("0", TypeError, r"filter_scan: out_axes: axes are given by an int, None, a StateAxes"),
+        (Carry, ValueError, r"filter_scan: out_axes: Carry marks"),
+    ],
+)
+def test_scan_bad_out_axes_name_the_place_and_touch_nothing(
+    out_axes: Any, error: type, match: str
+) -> None:
+    box = {"v": jnp.zeros(3)}
+    v = box["v"]
+
+    def step(c: Any, pair: Any) -> Any:
+        x, b = pair
+        b["v"] = b["v"] + 1.0
+        return c, {"m": jnp.ones((2, 2)) * x, "s": x}
+
+    with pytest.raises(error, match=match):
+        filter_scan(step, 0.0, (jnp.ones(3), box), in_axes=(0, Carry), out_axes=out_axes)
+    assert box["v"] is v
