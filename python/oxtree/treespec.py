@@ -60,13 +60,6 @@ class _Slot:
 _SLOT = _Slot()
 
 
-def _check(spec: Any) -> PyTreeSpec:
-    """A child of a constructor must be a treespec (ValueError, as optree says)."""
-    if not isinstance(spec, PyTreeSpec):
-        raise ValueError(f"expected a PyTreeSpec, got {spec!r}")
-    return spec
-
-
 def _arg(spec: Any) -> PyTreeSpec:
     """The argument of a function form must be a treespec (TypeError)."""
     if not isinstance(spec, PyTreeSpec):
@@ -75,24 +68,47 @@ def _arg(spec: Any) -> PyTreeSpec:
 
 
 def _from_collection(
-    collection: Any, children: list[PyTreeSpec], none_is_leaf: bool, namespace: str
+    collection: Any, children: list[Any], none_is_leaf: bool, namespace: str
 ) -> PyTreeSpec:
-    """The one-level treespec of `collection` (whose items are `_SLOT`), grafted."""
-    for child in children:
-        _check(child)
-        if child.none_is_leaf != none_is_leaf:
-            raise ValueError(
-                f"expected treespecs with none_is_leaf={none_is_leaf}, got one with "
-                f"none_is_leaf={child.none_is_leaf}"
-            )
-        if namespace and child.namespace and child.namespace != namespace:
-            raise ValueError(
-                f"expected treespecs of namespace {namespace!r}, got one of {child.namespace!r}"
-            )
+    """The one-level treespec of `collection` (whose items are `_SLOT`), grafted.
+
+    Children checked as optree checks them, with its texts: each a treespec with the same
+    ``none_is_leaf``, all of one namespace, which an empty ``namespace`` adopts.
+    """
     shape = _core.tree_structure(
         collection, lambda x: x is _SLOT, none_is_leaf=none_is_leaf, namespace=namespace
     )
+    common = ""
+    for child in children:
+        if not isinstance(child, PyTreeSpec):
+            kind = shape.type
+            name = kind.__name__ if kind in _BUILTIN_NODE_TYPES else repr(kind)
+            raise ValueError(
+                f"Expected a(n) {name} of PyTreeSpec(s), got {shape.unflatten(children)!r}."
+            )
+        if child.none_is_leaf != none_is_leaf:
+            raise ValueError(f"Expected treespec(s) with `none_is_leaf={none_is_leaf}`.")
+        if child.namespace and child.namespace != common:
+            if common:
+                raise ValueError(
+                    "Expected treespecs with the same namespace, "
+                    f"got {common!r} vs. {child.namespace!r}."
+                )
+            common = child.namespace
+    if common and namespace and common != namespace:
+        raise ValueError(f"Expected treespec(s) with namespace {namespace!r}, got {common!r}.")
     return shape._graft(children)
+
+
+# The node types optree's messages name by their bare name (others by their repr).
+_BUILTIN_NODE_TYPES = (
+    tuple,
+    list,
+    dict,
+    collections.OrderedDict,
+    collections.defaultdict,
+    collections.deque,
+)
 
 
 def _mapping_items(mapping: Any, kwargs: dict[str, Any]) -> list[tuple[Any, Any]]:
@@ -297,7 +313,7 @@ def treespec_from_collection(
     >>> treespec_from_collection({'a': treespec_leaf(), 'b': [treespec_leaf()]})
     Traceback (most recent call last):
     ...
-    ValueError: expected a PyTreeSpec, got [PyTreeSpec(*)]
+    ValueError: Expected a(n) dict of PyTreeSpec(s), got {'a': PyTreeSpec(*), 'b': [PyTreeSpec(*)]}.
     >>> treespec_from_collection([treespec_leaf(), treespec_none()])
     PyTreeSpec([*, None])
     """
@@ -313,8 +329,6 @@ def treespec_from_collection(
                 "PyTreeSpec::MakeFromCollection() is called on a leaf.", UserWarning, stacklevel=2
             )
         return shape
-    for child in children:
-        _check(child)
     return _from_collection(
         shape.unflatten([_SLOT] * len(children)), children, none_is_leaf, namespace
     )

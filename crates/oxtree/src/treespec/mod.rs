@@ -653,6 +653,7 @@ impl PyTreeSpec {
     /// The treespec made by replacing every leaf of this one with `inner`.
     fn compose(&self, py: Python<'_>, inner: &PyTreeSpec) -> PyResult<PyTreeSpec> {
         self.check_same_options(inner, "PyTreeSpec.compose")?;
+        ops::check_same_namespace(py, &self.namespace, &inner.namespace, "PyTreeSpecs")?;
         let leaves = self.root().num_leaves;
         let size = (leaves.checked_mul(inner.nodes.len()))
             .and_then(|n| n.checked_add(self.nodes.len() - leaves));
@@ -672,6 +673,9 @@ impl PyTreeSpec {
         } else {
             &self.namespace
         };
+        if self.namespace != inner.namespace {
+            ops::check_merged_registrations(py, &nodes, namespace, "merged")?;
+        }
         Ok(PyTreeSpec::new(nodes, self.none_is_leaf, namespace.clone()).with_face(self.face))
     }
 

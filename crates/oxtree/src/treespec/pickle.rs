@@ -372,13 +372,8 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
             "a JAX treespec has no deque or struct sequence nodes and None is never a leaf",
         ));
     }
-    // A walk names its namespace only when a node used a registration of it (optree's rule):
-    // a state that names one its nodes do not use loads as that walk would make it, so the
-    // treespec flattens back to itself.
-    let namespaced = nodes
-        .iter()
-        .any(|n| n.custom().is_some_and(|r| !r.namespace.is_empty()));
-    let namespace = if namespaced { namespace } else { String::new() };
+    // The namespace is kept as saved, as optree keeps it: an empty namespace matches any in
+    // `==`, so a state naming one its nodes do not depend on still loads equal to its walk.
     let spec = PyTreeSpec::new(nodes, none_is_leaf, namespace).with_face(face);
     drop(registrations);
     Ok(spec)
