@@ -574,8 +574,15 @@ def tree_sum(
     6
     >>> tree_sum([[1], [2, 3]], start=[], is_leaf=lambda x: x and type(x[0]) is int)
     [1, 2, 3]
+    >>> tree_sum({'x': 'a', 'y': ('b', None)}, start='>')
+    '>ab'
     """
-    return sum(tree_leaves(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace), start)
+    leaves = tree_leaves(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
+    # sum() refuses a str, bytes or bytearray start: those are joined (as optree joins them).
+    for text in (str, bytes, bytearray):
+        if isinstance(start, text):
+            return text().join([start, *leaves])
+    return sum(leaves, start)
 
 
 def tree_max(

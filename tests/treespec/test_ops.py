@@ -922,6 +922,17 @@ def test_sum_max_min_examples() -> None:
         ops.tree_sum(["a", "b"])
 
 
+@pytest.mark.parametrize("start", ["", ">", b"", b">", bytearray(b">")])
+def test_sum_joins_text_as_optree_does(start: Any) -> None:
+    """sum() refuses a text start; optree joins the leaves to it, in the start's type."""
+    text = type(start)
+    leaves = ["a", "b"] if text is str else [b"a", b"b"]
+    tree = {"x": leaves[0], "y": (leaves[1], None)}
+    ours, theirs = ops.tree_sum(tree, start=start), optree.tree_sum(tree, start=start)
+    assert ours == theirs == start + text().join(leaves)
+    assert type(ours) is type(theirs)
+
+
 # --------------------------------------------------------------------------------------------------
 # Partition and combine.
 
