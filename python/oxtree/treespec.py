@@ -20,7 +20,7 @@ from oxtree.types import is_namedtuple_instance, is_structseq_instance
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
-    from typing import Any
+    from typing import Any, SupportsIndex, SupportsInt
 
 __all__ = [
     "treespec_accessors",
@@ -364,7 +364,7 @@ def treespec_entries(treespec: PyTreeSpec, /) -> list[Any]:
     return _arg(treespec).entries()
 
 
-def treespec_entry(treespec: PyTreeSpec, index: int, /) -> Any:
+def treespec_entry(treespec: PyTreeSpec, index: SupportsInt | SupportsIndex, /) -> Any:
     """The entry of the root's ``index``-th child: ``treespec.entry(index)``.
 
     >>> treespec_entry(tree_structure({'b': 1, 'a': 2}), 1)
@@ -382,7 +382,7 @@ def treespec_children(treespec: PyTreeSpec, /) -> list[PyTreeSpec]:
     return _arg(treespec).children()
 
 
-def treespec_child(treespec: PyTreeSpec, index: int, /) -> PyTreeSpec:
+def treespec_child(treespec: PyTreeSpec, index: SupportsInt | SupportsIndex, /) -> PyTreeSpec:
     """The treespec of the root's ``index``-th child: ``treespec.child(index)``.
 
     >>> treespec_child(tree_structure({'a': [1, 2], 'b': None}), 0)
