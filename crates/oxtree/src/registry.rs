@@ -108,7 +108,9 @@ impl Registry {
     /// mode: a walk's dict order then depends on its namespace, which its treespec keeps.
     #[inline]
     pub fn dict_insertion_ordered_in(&self, namespace: &str) -> bool {
-        !namespace.is_empty() && self.insertion_ordered.contains(namespace)
+        !namespace.is_empty()
+            && !self.insertion_ordered.is_empty()
+            && self.insertion_ordered.contains(namespace)
     }
 
     /// True when nothing is registered: the walk can skip lookups altogether.
