@@ -296,6 +296,11 @@ def _broadcast_map(
 ) -> Any:
     """`mapper` (tree_map or a variant that passes `leading` extra arguments first: a path, an
     accessor) of `func` over `trees` broadcast to their common suffix structure."""
+    if len(trees) == 1:
+        # Nothing to broadcast against: the mapper itself, which flattens the tree once.
+        return mapper(
+            func, trees[0], is_leaf=is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+        )
     # Each tree broadcast with the position of its leaf at every leaf (ints are leaves,
     # whatever `is_leaf` says), and each tree's leaves.
     index_trees, values = _broadcast_common(
