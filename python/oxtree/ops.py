@@ -296,6 +296,11 @@ def _broadcast_map(
 ) -> Any:
     """`mapper` (tree_map or a variant that passes `leading` extra arguments first: a path, an
     accessor) of `func` over `trees` broadcast to their common suffix structure."""
+    if len(trees) == 1:
+        # Nothing to broadcast against: the mapper itself, which flattens the tree once.
+        return mapper(
+            func, trees[0], is_leaf=is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+        )
     # Each tree broadcast with the position of its leaf at every leaf (ints are leaves,
     # whatever `is_leaf` says), and each tree's leaves.
     index_trees, values = _broadcast_common(
@@ -574,8 +579,15 @@ def tree_sum(
     6
     >>> tree_sum([[1], [2, 3]], start=[], is_leaf=lambda x: x and type(x[0]) is int)
     [1, 2, 3]
+    >>> tree_sum({'x': 'a', 'y': ('b', None)}, start='>')
+    '>ab'
     """
-    return sum(tree_leaves(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace), start)
+    leaves = tree_leaves(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
+    # sum() refuses a str, bytes or bytearray start: those are joined (as optree joins them).
+    for text in (str, bytes, bytearray):
+        if isinstance(start, text):
+            return text().join([start, *leaves])
+    return sum(leaves, start)
 
 
 def tree_max(

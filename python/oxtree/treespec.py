@@ -20,7 +20,7 @@ from oxtree.types import is_namedtuple_instance, is_structseq_instance
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
-    from typing import Any
+    from typing import Any, SupportsIndex, SupportsInt
 
 # optree.treespec's names: the constructors without the `treespec_` prefix (served by
 # `__getattr__` below), in the order of oxtree's `treespec_*` names.
@@ -49,13 +49,6 @@ class _Slot:
 _SLOT = _Slot()
 
 
-def _check(spec: Any) -> PyTreeSpec:
-    """A child of a constructor must be a treespec (ValueError, as optree says)."""
-    if not isinstance(spec, PyTreeSpec):
-        raise ValueError(f"expected a PyTreeSpec, got {spec!r}")
-    return spec
-
-
 def _arg(spec: Any) -> PyTreeSpec:
     """The argument of a function form must be a treespec (TypeError)."""
     if not isinstance(spec, PyTreeSpec):
@@ -64,24 +57,47 @@ def _arg(spec: Any) -> PyTreeSpec:
 
 
 def _from_collection(
-    collection: Any, children: list[PyTreeSpec], none_is_leaf: bool, namespace: str
+    collection: Any, children: list[Any], none_is_leaf: bool, namespace: str
 ) -> PyTreeSpec:
-    """The one-level treespec of `collection` (whose items are `_SLOT`), grafted."""
-    for child in children:
-        _check(child)
-        if child.none_is_leaf != none_is_leaf:
-            raise ValueError(
-                f"expected treespecs with none_is_leaf={none_is_leaf}, got one with "
-                f"none_is_leaf={child.none_is_leaf}"
-            )
-        if namespace and child.namespace and child.namespace != namespace:
-            raise ValueError(
-                f"expected treespecs of namespace {namespace!r}, got one of {child.namespace!r}"
-            )
+    """The one-level treespec of `collection` (whose items are `_SLOT`), grafted.
+
+    Children checked as optree checks them, with its texts: each a treespec with the same
+    ``none_is_leaf``, all of one namespace, which an empty ``namespace`` adopts.
+    """
     shape = _core.tree_structure(
         collection, lambda x: x is _SLOT, none_is_leaf=none_is_leaf, namespace=namespace
     )
+    common = ""
+    for child in children:
+        if not isinstance(child, PyTreeSpec):
+            kind = shape.type
+            name = kind.__name__ if kind in _BUILTIN_NODE_TYPES else repr(kind)
+            raise ValueError(
+                f"Expected a(n) {name} of PyTreeSpec(s), got {shape.unflatten(children)!r}."
+            )
+        if child.none_is_leaf != none_is_leaf:
+            raise ValueError(f"Expected treespec(s) with `none_is_leaf={none_is_leaf}`.")
+        if child.namespace and child.namespace != common:
+            if common:
+                raise ValueError(
+                    "Expected treespecs with the same namespace, "
+                    f"got {common!r} vs. {child.namespace!r}."
+                )
+            common = child.namespace
+    if common and namespace and common != namespace:
+        raise ValueError(f"Expected treespec(s) with namespace {namespace!r}, got {common!r}.")
     return shape._graft(children)
+
+
+# The node types optree's messages name by their bare name (others by their repr).
+_BUILTIN_NODE_TYPES = (
+    tuple,
+    list,
+    dict,
+    collections.OrderedDict,
+    collections.defaultdict,
+    collections.deque,
+)
 
 
 def _mapping_items(mapping: Any, kwargs: dict[str, Any]) -> list[tuple[Any, Any]]:
@@ -286,7 +302,7 @@ def treespec_from_collection(
     >>> treespec_from_collection({'a': treespec_leaf(), 'b': [treespec_leaf()]})
     Traceback (most recent call last):
     ...
-    ValueError: expected a PyTreeSpec, got [PyTreeSpec(*)]
+    ValueError: Expected a(n) dict of PyTreeSpec(s), got {'a': PyTreeSpec(*), 'b': [PyTreeSpec(*)]}.
     >>> treespec_from_collection([treespec_leaf(), treespec_none()])
     PyTreeSpec([*, None])
     """
@@ -302,8 +318,6 @@ def treespec_from_collection(
                 "PyTreeSpec::MakeFromCollection() is called on a leaf.", UserWarning, stacklevel=2
             )
         return shape
-    for child in children:
-        _check(child)
     return _from_collection(
         shape.unflatten([_SLOT] * len(children)), children, none_is_leaf, namespace
     )
@@ -339,7 +353,7 @@ def treespec_entries(treespec: PyTreeSpec, /) -> list[Any]:
     return _arg(treespec).entries()
 
 
-def treespec_entry(treespec: PyTreeSpec, index: int, /) -> Any:
+def treespec_entry(treespec: PyTreeSpec, index: SupportsInt | SupportsIndex, /) -> Any:
     """The entry of the root's ``index``-th child: ``treespec.entry(index)``.
 
     >>> treespec_entry(tree_structure({'b': 1, 'a': 2}), 1)
@@ -357,7 +371,7 @@ def treespec_children(treespec: PyTreeSpec, /) -> list[PyTreeSpec]:
     return _arg(treespec).children()
 
 
-def treespec_child(treespec: PyTreeSpec, index: int, /) -> PyTreeSpec:
+def treespec_child(treespec: PyTreeSpec, index: SupportsInt | SupportsIndex, /) -> PyTreeSpec:
     """The treespec of the root's ``index``-th child: ``treespec.child(index)``.
 
     >>> treespec_child(tree_structure({'a': [1, 2], 'b': None}), 0)

@@ -832,10 +832,13 @@ def test_spec_namespace_and_repr(reg: Registrations) -> None:
     assert plain.namespace == ""
     assert plain == oxtree.tree_structure([1, 2])
     assert repr(plain) == "PyTreeSpec([*, *])"
+    # A custom node found, even of a global registration: the walk keeps its namespace (as
+    # optree's does), and an empty namespace matches it in `==`.
     global_only = oxtree.tree_structure(Global(1), namespace="ns")
-    assert global_only.namespace == ""
-    assert repr(global_only) == "PyTreeSpec(CustomTreeNode(Global['m'], [*]))"
+    assert global_only.namespace == "ns"
+    assert repr(global_only) == "PyTreeSpec(CustomTreeNode(Global['m'], [*]), namespace='ns')"
     assert global_only == oxtree.tree_structure(Global(1))
+    assert hash(global_only) == hash(oxtree.tree_structure(Global(1)))
     both = oxtree.tree_structure((Global(1), Local(2)), namespace="ns")
     assert both.namespace == "ns"
     assert repr(both).endswith(", namespace='ns')")

@@ -588,6 +588,38 @@ def test_broadcast_map_corpus(tree: Any, none_is_leaf: bool) -> None:
     assert_broadcast_map_matches(wide, Marker(0), prefix, tree, **kw)
 
 
+class _OneShot:
+    """A registered node whose flatten function may run only once."""
+
+    def __init__(self, x: Any) -> None:
+        self.x = x
+
+
+def test_broadcast_map_of_one_tree_flattens_it_once() -> None:
+    """With nothing to broadcast against, the map is tree_map's: one flatten, as optree's."""
+    calls = []
+
+    def flatten(node: _OneShot) -> Any:
+        calls.append(node)
+        return (node.x,), None
+
+    namespace = "test-broadcast-map-one-shot"
+    oxtree.register_pytree_node(_OneShot, flatten, lambda _, c: _OneShot(*c), namespace=namespace)
+    try:
+        for name, func, expected in (
+            ("tree_broadcast_map", lambda x: x + 1, 2),
+            ("tree_broadcast_map_with_path", lambda p, x: (p, x + 1), ((0, 0), 2)),
+            ("tree_broadcast_map_with_accessor", lambda a, x: (len(a), x + 1), (2, 2)),
+        ):
+            calls.clear()
+            out = getattr(ops, name)(func, [_OneShot(1)], namespace=namespace)
+            assert len(calls) == 1, name
+            assert type(out[0]) is _OneShot
+            assert out[0].x == expected, name
+    finally:
+        oxtree.unregister_pytree_node(_OneShot, namespace=namespace)
+
+
 def test_broadcast_map_examples() -> None:
     assert ops.tree_broadcast_map(operator.add, (1, {"a": 2}), ([10, 20], 30)) == (
         [11, 21],
@@ -920,6 +952,17 @@ def test_sum_max_min_examples() -> None:
     assert ops.tree_any([None, 1], none_is_leaf=True) is True
     with pytest.raises(TypeError):
         ops.tree_sum(["a", "b"])
+
+
+@pytest.mark.parametrize("start", ["", ">", b"", b">", bytearray(b">")])
+def test_sum_joins_text_as_optree_does(start: Any) -> None:
+    """sum() refuses a text start; optree joins the leaves to it, in the start's type."""
+    text = type(start)
+    leaves = ["a", "b"] if text is str else [b"a", b"b"]
+    tree = {"x": leaves[0], "y": (leaves[1], None)}
+    ours, theirs = ops.tree_sum(tree, start=start), optree.tree_sum(tree, start=start)
+    assert ours == theirs == start + text().join(leaves)
+    assert type(ours) is type(theirs)
 
 
 # --------------------------------------------------------------------------------------------------

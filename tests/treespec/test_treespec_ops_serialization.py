@@ -543,6 +543,9 @@ BAD_STATES: dict[str, Any] = {
     "insertion-negative": state(L, L, node(5, 2, keys=("a", "b"), insertion=(-1, 0))),
     "insertion-strings": state(L, L, node(5, 2, keys=("a", "b"), insertion=("a", "b"))),
     "insertion-on-ordereddict": state(L, L, node(7, 2, keys=("a", "b"), insertion=(1, 0))),
+    # Keys out of sorted order with a separate insertion order, or in a JAX treedef.
+    "insertion-with-unsorted-keys": state(L, L, node(5, 2, keys=("b", "a"), insertion=(1, 0))),
+    "jax-face-unsorted-keys": state(L, L, node(5, 2, keys=("b", "a")), face="jax"),
     "defaultdict-factory-not-callable": state(L, node(8, 1, data=5, keys=("a",))),
     # Namedtuples and struct sequences.
     "namedtuple-data-not-a-type": state(L, L, node(6, 2, data="Point")),
@@ -617,8 +620,6 @@ def test_good_states_load() -> None:
 # States that might be accepted, but then must describe a treespec that flattening could have
 # produced: the structure of what it unflattens to is the treespec itself.
 DOUBTFUL_STATES: dict[str, Any] = {
-    "dict-keys-out-of-order": state(L, L, node(5, 2, keys=("b", "a"))),
-    "defaultdict-keys-out-of-order": state(L, L, node(8, 2, data=int, keys=(2, 1))),
     "deque-maxlen-bool": state(L, node(9, 1, data=True)),
     "arity-bool": state(L, node(3, True)),
     "version-bool": (True, *GOOD_STATE[1:]),
@@ -642,3 +643,44 @@ def test_accepted_states_are_self_consistent(doubtful: Any) -> None:
     assert again == spec, (spec, again)
     assert repr(again) == repr(spec)
     assert pickle.loads(pickle.dumps(spec)) == spec
+
+
+# Keys out of sorted order and no separate insertion order: what a walk in optree's
+# `dict_insertion_ordered` mode makes. Such states load, and describe what that walk makes.
+UNSORTED_STATES: dict[str, tuple[Any, Any]] = {
+    "dict": (state(L, L, node(5, 2, keys=("b", "a"))), {"b": 0, "a": 1}),
+    "defaultdict": (
+        state(L, L, node(8, 2, data=int, keys=(2, 1))),
+        defaultdict(int, {2: 0, 1: 1}),
+    ),
+}
+
+
+@pytest.mark.parametrize(("unsorted", "tree"), UNSORTED_STATES.values(), ids=UNSORTED_STATES)
+def test_insertion_ordered_states_load(unsorted: Any, tree: Any) -> None:
+    spec = _rebuild_treespec(unsorted)
+    assert spec.unflatten(range(spec.num_leaves)) == tree
+    assert list(spec.unflatten(range(spec.num_leaves))) == list(tree)
+    with oxtree.dict_insertion_ordered(True):
+        assert oxtree.tree_structure(tree) == spec
+    assert oxtree.tree_structure(tree) != spec
+
+
+@pytest.mark.parametrize("namespace", ["", NAMESPACE])
+@pytest.mark.parametrize(
+    "tree", [{"b": (2, 3), "a": 1, "d": {"f": 4, "e": None}}, {"a": {"c": 1, "b": 2}}]
+)
+def test_pickle_round_trip_insertion_ordered(namespace: str, tree: Any) -> None:
+    """Treespecs made in `dict_insertion_ordered` mode load back, as optree's do."""
+    with oxtree.dict_insertion_ordered(True, namespace=namespace):
+        spec = oxtree.tree_structure(tree, namespace=namespace)
+    with optree.dict_insertion_ordered(
+        True, namespace=namespace or optree.registry.__GLOBAL_NAMESPACE
+    ):
+        expected = optree.tree_structure(tree, namespace=namespace)
+    loaded = pickle.loads(pickle.dumps(spec))
+    assert loaded == spec
+    assert repr(loaded) == repr(spec)
+    rebuilt = loaded.unflatten(range(loaded.num_leaves))
+    assert rebuilt == expected.unflatten(range(expected.num_leaves))
+    assert list(rebuilt) == list(expected.unflatten(range(expected.num_leaves)))

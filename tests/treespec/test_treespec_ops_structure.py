@@ -462,3 +462,31 @@ def test_structure_ops_match_optree_random(tree: Any, none_is_leaf: bool) -> Non
     assert walk_outcome(ours, leaves, True, True) == walk_outcome(theirs, leaves, True, True)
     for name in ("identity", "leaves-to-none", "tuples-to-lists", "node-not-one-level"):
         assert_transform_matches(ours, theirs, name)
+
+
+class _OnlyIndex:
+    def __index__(self) -> int:
+        return 1
+
+
+class _OnlyInt:
+    def __int__(self) -> int:
+        return 1
+
+
+@pytest.mark.parametrize("index", [1, _OnlyIndex(), _OnlyInt()], ids=["int", "index", "int-like"])
+def test_entry_and_child_take_int_like_indices(index: Any) -> None:
+    """As optree's do: `__index__`, or failing that `__int__`."""
+    spec = oxtree.tree_structure({"a": 1, "b": [2]})
+    theirs = optree.tree_structure({"a": 1, "b": [2]})
+    assert spec.entry(index) == oxtree.treespec_entry(spec, index) == theirs.entry(index) == "b"
+    assert spec.child(index) == oxtree.treespec_child(spec, index) == oxtree.tree_structure([2])
+    assert repr(spec.child(index)) == repr(theirs.child(index))
+
+
+@pytest.mark.parametrize("index", [1.0, "1", None])
+def test_entry_and_child_refuse_other_indices(index: Any) -> None:
+    spec = oxtree.tree_structure({"a": 1, "b": [2]})
+    for method in (spec.entry, spec.child):
+        with pytest.raises(TypeError):
+            method(index)

@@ -105,6 +105,15 @@ impl Registry {
             && (self.insertion_ordered.contains("") || self.insertion_ordered.contains(namespace))
     }
 
+    /// Whether `namespace` itself (not the global namespace) is in `dict_insertion_ordered`
+    /// mode: a walk's dict order then depends on its namespace, which its treespec keeps.
+    #[inline]
+    pub fn dict_insertion_ordered_in(&self, namespace: &str) -> bool {
+        !namespace.is_empty()
+            && !self.insertion_ordered.is_empty()
+            && self.insertion_ordered.contains(namespace)
+    }
+
     /// True when nothing is registered: the walk can skip lookups altogether.
     #[inline]
     pub fn is_empty(&self) -> bool {

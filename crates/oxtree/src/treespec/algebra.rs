@@ -531,6 +531,12 @@ pub fn _tree_transpose<'py>(
                 )
                 .into());
             }
+            super::ops::check_same_namespace(
+                py,
+                &outer.namespace,
+                &inner.namespace,
+                "Tree structures",
+            )?;
             if outer_size == 0 || inner_size == 0 {
                 return Err(TreeError::Value(format!(
                     "Tree structures must have at least one leaf. Got outer {} and inner {}.",

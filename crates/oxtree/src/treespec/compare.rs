@@ -106,6 +106,8 @@ pub fn same_node(py: Python<'_>, a: &Node, b: &Node) -> PyResult<bool> {
     })
 }
 
+/// `a == b`. An empty namespace matches any namespace (optree's rule): a treespec whose walk
+/// depended on no namespace equals the same structure made in one.
 pub fn equal(a: &PyTreeSpec, b: &PyTreeSpec, py: Python<'_>) -> PyResult<bool> {
     if std::ptr::eq(a, b) {
         return Ok(true);
@@ -119,7 +121,9 @@ pub fn equal(a: &PyTreeSpec, b: &PyTreeSpec, py: Python<'_>) -> PyResult<bool> {
     if a.none_is_leaf != b.none_is_leaf
         || a.face != b.face
         || a.nodes.len() != b.nodes.len()
-        || !same_str(&a.namespace, &b.namespace)
+        || !(a.namespace.is_empty()
+            || b.namespace.is_empty()
+            || same_str(&a.namespace, &b.namespace))
     {
         return Ok(false);
     }
@@ -172,10 +176,8 @@ fn mix(h: u64, v: u64) -> u64 {
 /// compared by identity by address, and a registered node's aux data not at all.
 pub fn hash(spec: &PyTreeSpec, py: Python<'_>) -> PyResult<isize> {
     let mut h = mix(spec.nodes.len() as u64, u64::from(spec.none_is_leaf));
+    // The namespace is left out, as optree leaves it out: an empty one matches any in `==`.
     h = mix(h, spec.face as u64);
-    for b in spec.namespace.bytes() {
-        h = mix(h, u64::from(b));
-    }
     for node in &spec.nodes {
         h = mix(h, (node.kind as u64) << 56 | node.arity as u64);
         match node.kind {

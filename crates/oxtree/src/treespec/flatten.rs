@@ -91,7 +91,9 @@ impl<'py> Pred<'py> for NotRoot {
 pub struct Flat<'py> {
     pub leaves: Vec<Bound<'py, PyAny>>,
     pub nodes: Vec<Node>,
-    /// True when a custom node came from a non-global namespace.
+    /// True when the walk's namespace shaped it (optree's rule): a custom node was found (a
+    /// namespace may register its type differently), or the namespace itself is in
+    /// `dict_insertion_ordered` mode.
     pub namespaced: bool,
     /// True when the nodes hold no object that could be part of a reference cycle (only
     /// untracked key lists and ints): the treespec need not be tracked by the collector.
@@ -381,7 +383,7 @@ impl<
             leaves: Vec::new(),
             nodes: Vec::new(),
             leaf_count: 0,
-            namespaced: false,
+            namespaced: registry.dict_insertion_ordered_in(namespace),
             acyclic: true,
             next_cycle_check: FIRST_CYCLE_CHECK,
             with_keys: false,
@@ -637,9 +639,7 @@ impl<
                     self.keep_registration(reg);
                 }
                 self.last_custom = Some((obj.get_type_ptr(), reg));
-                if !reg.namespace.is_empty() {
-                    self.namespaced = true;
-                }
+                self.namespaced = true;
                 self.acyclic = false;
                 self.open_custom(obj, reg, stack)
             }

@@ -426,6 +426,23 @@ pub fn reserve_nodes(out: &mut Vec<Node>, more: Option<usize>, what: &str) -> Py
     }
 }
 
+/// An index as optree's methods take one: an int, or an object with `__index__` or, failing
+/// that, `__int__` (floats aside, as `int` arguments go).
+fn int_like(index: &Bound<'_, PyAny>) -> PyResult<isize> {
+    match index.extract::<isize>() {
+        Ok(i) => Ok(i),
+        Err(err) => {
+            let py = index.py();
+            if index.is_instance_of::<pyo3::types::PyFloat>()
+                || !index.hasattr(pyo3::intern!(py, "__int__"))?
+            {
+                return Err(err);
+            }
+            index.call_method0(pyo3::intern!(py, "__int__"))?.extract()
+        }
+    }
+}
+
 /// The most nodes a treespec made by composing or grafting may have: 2**32 nodes would take
 /// 256 GiB, more than any machine this runs on can hold.
 pub const MAX_NODES: usize = 1 << 32;
@@ -622,7 +639,8 @@ impl PyTreeSpec {
     }
 
     /// The treespec of the root's `index`-th child.
-    fn child(&self, py: Python<'_>, index: isize) -> PyResult<PyTreeSpec> {
+    fn child(&self, py: Python<'_>, index: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
+        let index = int_like(index)?;
         let children = self.child_indices(self.nodes.len() - 1);
         let n = children.len() as isize;
         let index = if index < 0 { index + n } else { index };
@@ -653,6 +671,7 @@ impl PyTreeSpec {
     /// The treespec made by replacing every leaf of this one with `inner`.
     fn compose(&self, py: Python<'_>, inner: &PyTreeSpec) -> PyResult<PyTreeSpec> {
         self.check_same_options(inner, "PyTreeSpec.compose")?;
+        ops::check_same_namespace(py, &self.namespace, &inner.namespace, "PyTreeSpecs")?;
         let leaves = self.root().num_leaves;
         let size = (leaves.checked_mul(inner.nodes.len()))
             .and_then(|n| n.checked_add(self.nodes.len() - leaves));
@@ -672,6 +691,9 @@ impl PyTreeSpec {
         } else {
             &self.namespace
         };
+        if self.namespace != inner.namespace {
+            ops::check_merged_registrations(py, &nodes, namespace, "merged")?;
+        }
         Ok(PyTreeSpec::new(nodes, self.none_is_leaf, namespace.clone()).with_face(self.face))
     }
 
@@ -692,7 +714,12 @@ impl PyTreeSpec {
     }
 
     /// The entry (raw key) of the root's `index`-th child.
-    fn entry<'py>(&self, py: Python<'py>, index: isize) -> PyResult<Bound<'py, PyAny>> {
+    fn entry<'py>(
+        &self,
+        py: Python<'py>,
+        index: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let index = int_like(index)?;
         let n = self.root().arity as isize;
         let i = if index < 0 { index + n } else { index };
         if i < 0 || i >= n {

@@ -253,6 +253,12 @@ pub fn common_suffix(py: Python<'_>, a: &PyTreeSpec, b: &PyTreeSpec) -> PyResult
         )
         .into());
     }
+    let namespace = pick_namespace(&a.namespace, &b.namespace)?;
+    if a.namespace != b.namespace {
+        // The result's nodes come from both: checked before the walk, as optree checks.
+        check_merged_registrations(py, &a.nodes, &namespace, "merged")?;
+        check_merged_registrations(py, &b.nodes, &namespace, "merged")?;
+    }
     // Post-order output from a pre-order walk: emit each node after its children, by pushing
     // an "emit" marker before the children.
     enum Task {
@@ -297,12 +303,7 @@ pub fn common_suffix(py: Python<'_>, a: &PyTreeSpec, b: &PyTreeSpec) -> PyResult
         )
         .into());
     }
-    Ok(PyTreeSpec::new(
-        out,
-        a.none_is_leaf,
-        pick_namespace(&a.namespace, &b.namespace)?,
-    )
-    .with_face(a.face))
+    Ok(PyTreeSpec::new(out, a.none_is_leaf, namespace).with_face(a.face))
 }
 
 fn pick_namespace(a: &str, b: &str) -> PyResult<String> {
@@ -315,6 +316,51 @@ fn pick_namespace(a: &str, b: &str) -> PyResult<String> {
         ))
         .into()),
     }
+}
+
+/// optree's check that two treespecs (`subject`, as its messages name them) merged into one
+/// have one namespace, or an empty one that adopts the other's.
+pub fn check_same_namespace(py: Python<'_>, a: &str, b: &str, subject: &str) -> PyResult<()> {
+    if a.is_empty() || b.is_empty() || a == b {
+        return Ok(());
+    }
+    Err(TreeError::Value(format!(
+        "{subject} must have the same namespace, got {} vs. {}.",
+        pyo3::types::PyString::new(py, a).repr()?,
+        pyo3::types::PyString::new(py, b).repr()?
+    ))
+    .into())
+}
+
+/// optree's guard for treespecs merged into one namespace: when the result's `namespace`
+/// is not every input's, each custom node must still resolve there to the registration it
+/// holds (a node made in the global namespace may meet a type the namespace registers
+/// otherwise). `what` completes "PyTreeSpecs cannot be ...".
+pub fn check_merged_registrations(
+    py: Python<'_>,
+    nodes: &[Node],
+    namespace: &str,
+    what: &str,
+) -> PyResult<()> {
+    if namespace.is_empty() {
+        return Ok(());
+    }
+    let mut reg = None;
+    for node in nodes {
+        let Some(held) = node.custom() else { continue };
+        let reg = reg.get_or_insert_with(crate::registry::snapshot);
+        let found = reg.lookup(held.ty.as_ptr().cast(), namespace);
+        if !found.is_some_and(|f| std::ptr::eq(std::sync::Arc::as_ptr(f), held)) {
+            return Err(TreeError::Value(format!(
+                "PyTreeSpecs cannot be {what}: custom PyTree type {} no longer resolves to its \
+                 original registration in namespace {}.",
+                held.ty.bind(py).repr()?,
+                pyo3::types::PyString::new(py, namespace).repr()?
+            ))
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// `spec` with its `i`-th leaf replaced by `inner[i]`, for every leaf.
@@ -342,6 +388,7 @@ pub fn graft(
         }
         namespace = pick_namespace(&namespace, &s.namespace)?;
     }
+    let merged = spec.namespace != namespace || inner.iter().any(|s| s.namespace != namespace);
     // Each node's counts grow by what its leaves became: track, per open subtree, the
     // number of nodes and leaves emitted since it started, in post-order.
     let size = inner
@@ -374,6 +421,9 @@ pub fn graft(
             pending.push((leaves, count));
         }
     }
+    if merged {
+        check_merged_registrations(py, &out, &namespace, "composed into a collection")?;
+    }
     Ok(PyTreeSpec::new(out, spec.none_is_leaf, namespace).with_face(spec.face))
 }
 
@@ -404,49 +454,71 @@ pub fn transform(
     f_node: Option<&Bound<'_, PyAny>>,
     f_leaf: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyTreeSpec> {
-    let call = |f: &Bound<'_, PyAny>, arg: PyTreeSpec, what: &str| -> PyResult<Py<PyTreeSpec>> {
+    const EXPECTED: &str = "Expected the PyTreeSpec transform function returns";
+    // The input a function was given, for messages: the leaf or the node's one level.
+    let input = |idx: usize| -> PyResult<String> {
+        match one_level_at(py, spec, idx) {
+            Some(one) => super::repr::repr(&one, py),
+            None => super::repr::repr(&spec.derive(vec![Node::LEAF]), py),
+        }
+    };
+    let call = |f: &Bound<'_, PyAny>, arg: PyTreeSpec, idx: usize| -> PyResult<Py<PyTreeSpec>> {
         let out = f.call1((arg,))?;
-        out.cast_into::<PyTreeSpec>()
-            .map(Bound::unbind)
-            .map_err(|e| {
-                TreeError::Type(format!(
-                    "{what} must return a PyTreeSpec, got {}",
-                    e.into_inner()
-                        .get_type()
-                        .name()
-                        .map(|n| n.to_string())
-                        .unwrap_or_default()
-                ))
-                .into()
-            })
+        match out.cast_into::<PyTreeSpec>() {
+            Ok(s) => Ok(s.unbind()),
+            Err(e) => Err(TreeError::Type(format!(
+                "{EXPECTED} a PyTreeSpec, got {} (input: {}).",
+                e.into_inner().repr()?,
+                input(idx)?
+            ))
+            .into()),
+        }
     };
     // One post-order pass writing the result's nodes straight into `out`: a finished subtree's
     // nodes are contiguous there, so a node only needs its children's leaf and node counts
     // (`pending`), never a copy of their nodes (copying made deep chains quadratic).
     let mut out: Vec<Node> = Vec::with_capacity(spec.nodes.len());
     let mut pending: Vec<(usize, usize)> = Vec::new();
-    let mut namespace = String::new();
+    // optree's rule: the input's namespace, else the first one a result names; every result
+    // naming one must name that one.
+    let mut namespace = spec.namespace.clone();
+    // Whether some result's namespace differs from the input's (then the guard runs).
+    let mut merged = false;
     let mut face = spec.face;
-    let check_none_is_leaf = |s: &PyTreeSpec, what: &str| -> PyResult<()> {
-        if s.none_is_leaf == spec.none_is_leaf {
-            return Ok(());
+    let mut check = |s: &PyTreeSpec, idx: usize| -> PyResult<()> {
+        if s.none_is_leaf != spec.none_is_leaf {
+            return Err(TreeError::Value(format!(
+                "{EXPECTED} a PyTreeSpec with the same value of `none_is_leaf={}` as the input, \
+                 got {} (input: {}).",
+                if spec.none_is_leaf { "True" } else { "False" },
+                super::repr::repr(s, py)?,
+                input(idx)?
+            ))
+            .into());
         }
-        Err(TreeError::Value(format!(
-            "transform: {what} returned a treespec with none_is_leaf={}, expected {}",
-            s.none_is_leaf, spec.none_is_leaf
-        ))
-        .into())
+        if !s.namespace.is_empty() && s.namespace != namespace {
+            if !namespace.is_empty() {
+                return Err(TreeError::Value(format!(
+                    "{EXPECTED} a PyTreeSpec with namespace {}, got {}.",
+                    pyo3::types::PyString::new(py, &namespace).repr()?,
+                    pyo3::types::PyString::new(py, &s.namespace).repr()?
+                ))
+                .into());
+            }
+            namespace.clone_from(&s.namespace);
+        }
+        merged |= s.namespace != spec.namespace;
+        Ok(())
     };
     for (idx, node) in spec.nodes.iter().enumerate() {
         if node.kind == Kind::Leaf {
             let leaf = spec.derive(vec![Node::LEAF]);
             let got = match f_leaf {
-                Some(f) => call(f, leaf, "f_leaf")?,
+                Some(f) => call(f, leaf, idx)?,
                 None => Py::new(py, leaf)?,
             };
             let got = got.bind(py).get();
-            check_none_is_leaf(got, "f_leaf")?;
-            namespace = pick_namespace(&namespace, &got.namespace)?;
+            check(got, idx)?;
             face = got.face;
             super::reserve_nodes(&mut out, Some(got.nodes.len()), "transform")?;
             out.extend(got.nodes.iter().map(|n| n.clone_ref(py)));
@@ -455,24 +527,29 @@ pub fn transform(
         }
         let one = one_level_at(py, spec, idx).invariant("a one-level view of a non-leaf node")?;
         let shape = match f_node {
-            Some(f) => call(f, one, "f_node")?,
+            Some(f) => call(f, one, idx)?,
             None => Py::new(py, one)?,
         };
         let s = shape.bind(py).get();
-        check_none_is_leaf(s, "f_node")?;
-        let one_level = s.nodes.len() == s.root().arity + 1
-            && s.nodes[..s.nodes.len() - 1]
-                .iter()
-                .all(|n| n.kind == Kind::Leaf);
-        if !one_level || s.root().arity != node.arity {
+        check(s, idx)?;
+        if s.num_leaves() != node.arity {
             return Err(TreeError::Value(format!(
-                "transform: f_node must return a one-level treespec with {} children, got {}",
+                "{EXPECTED} a PyTreeSpec with the same number of arity as the input ({}), \
+                 got {} (input: {}).",
                 node.arity,
-                super::repr::repr(s, py)?
+                super::repr::repr(s, py)?,
+                input(idx)?
             ))
             .into());
         }
-        namespace = pick_namespace(&namespace, &s.namespace)?;
+        if s.nodes.len() != node.arity + 1 {
+            return Err(TreeError::Value(format!(
+                "{EXPECTED} a one-level PyTreeSpec as the input, got {} (input: {}).",
+                super::repr::repr(s, py)?,
+                input(idx)?
+            ))
+            .into());
+        }
         face = s.face;
         let (mut leaves, mut count) = (0, 1);
         for (l, c) in pending.drain(pending.len() - node.arity..) {
@@ -485,9 +562,8 @@ pub fn transform(
         out.push(top);
         pending.push((leaves, count));
     }
-    // The namespace survives even when the custom nodes were transformed away (optree's rule).
-    if namespace.is_empty() {
-        namespace = spec.namespace.clone();
+    if merged {
+        check_merged_registrations(py, &out, &namespace, "transformed")?;
     }
     Ok(PyTreeSpec::new(out, spec.none_is_leaf, namespace).with_face(face))
 }

@@ -228,14 +228,20 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
                         k.len()
                     )));
                 }
-                // Keys must be distinct and hashable, and in leaf order (sorted, or insertion
-                // order when the keys do not sort) for dict and defaultdict.
+                // Keys must be distinct and hashable. A dict or defaultdict that keeps its
+                // insertion order apart has its keys sorted (or in insertion order when they do
+                // not sort); one without it was flattened in optree's `dict_insertion_ordered`
+                // mode, its keys in insertion order, or has sorted keys: any order then, but
+                // JAX's treedefs always sort.
                 let distinct = pyo3::types::PySet::new(py, k.iter())
                     .map_err(|_| bad(format!("node {i}: dict keys must be hashable")))?;
                 if distinct.len() != arity {
                     return Err(bad(format!("node {i}: repeated dict keys")));
                 }
-                if kind != Kind::OrderedDict && arity > 1 {
+                if kind != Kind::OrderedDict
+                    && arity > 1
+                    && (insertion.is_some() || face == Face::Jax)
+                {
                     let sorted = super::flatten::sort_keys(&k, false)?;
                     let same = sorted.iter().zip(k.iter()).all(|(a, b)| a.is(&b));
                     if !same {
@@ -366,13 +372,8 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
             "a JAX treespec has no deque or struct sequence nodes and None is never a leaf",
         ));
     }
-    // A walk names its namespace only when a node used a registration of it (optree's rule):
-    // a state that names one its nodes do not use loads as that walk would make it, so the
-    // treespec flattens back to itself.
-    let namespaced = nodes
-        .iter()
-        .any(|n| n.custom().is_some_and(|r| !r.namespace.is_empty()));
-    let namespace = if namespaced { namespace } else { String::new() };
+    // The namespace is kept as saved, as optree keeps it: an empty namespace matches any in
+    // `==`, so a state naming one its nodes do not depend on still loads equal to its walk.
     let spec = PyTreeSpec::new(nodes, none_is_leaf, namespace).with_face(face);
     drop(registrations);
     Ok(spec)
