@@ -46,7 +46,7 @@ from oxtree._core import (
     FlattenedIndexKey,
     GetAttrKey,
     SequenceKey,
-    _filter_jit_split,
+    _FilterJitCore,
     _flatten_one_level,
     keystr,
     registered_types,
@@ -576,9 +576,9 @@ _DONATE = ("none", "all", "all-except-first")
 class _Entry:
     """Everything filter_jit knows about one input structure (graphdef and leaf types): how to
     put the leaves back in order, and a compiled function per distinct tuple of static leaves.
-    The arrays (and the statics) come in leaf order (see `_filter_jit_split`)."""
+    The arrays (and the statics) come in leaf order (see `_FilterJitCore`)."""
 
-    __slots__ = ("aliased", "compiled", "graphdef", "kept", "merge")
+    __slots__ = ("aliased", "compiled", "graphdef", "kept", "merge", "static_at")
 
     def __init__(self, graphdef: GraphDef, mask: Sequence[bool], donate: str) -> None:
         arrays, statics = _split(mask)
@@ -593,6 +593,7 @@ class _Entry:
             self.kept = sum(1 for i in arrays if _in_first_arg(paths[i]))
         self.graphdef = graphdef
         self.merge = _merger(arrays + statics)
+        self.static_at = statics  # the leaf index of each static leaf
         self.compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
         # For calls where one array object fills several leaves: by (statics, alias pattern).
         self.aliased: dict[tuple[Any, ...], Callable[..., Any]] = {}
@@ -634,18 +635,21 @@ def _dedupe(arrays: tuple[Any, ...]) -> tuple[tuple[int, ...], tuple[Any, ...]]:
     return tuple(pattern), tuple(unique)
 
 
-class _FilterJit:
-    """A function compiled by :func:`filter_jit`."""
+class _FilterJit(_FilterJitCore):
+    """A function compiled by :func:`filter_jit`. A warm call runs in the core
+    (``_FilterJitCore.__call__``: the graph of ``(args, kwargs)``, the leaf split, the check
+    against the previous call's structure, the compiled function and the rebuild of its
+    result); it asks the methods below for what is rare: a new structure, new static leaves,
+    an array object in several leaves."""
+
+    def __new__(cls, fn: Callable[..., Any], donate: str, namespace: str) -> _FilterJit:
+        return super().__new__(cls, namespace, _IS_ARRAY_TYPE, _is_array_type)
 
     def __init__(self, fn: Callable[..., Any], donate: str, namespace: str) -> None:
         self._fn = fn
         self._donate = donate
         self._namespace = namespace
         self._entries: dict[tuple[GraphDef, tuple[type, ...]], _Entry] = {}
-        # The entry of the last call: a training loop calls with one structure, and comparing
-        # with it (a pointer compare per node and per leaf type) is cheaper than hashing a
-        # new graphdef, which asks every module's aux data for its hash.
-        self._last: tuple[GraphDef, tuple[type, ...], _Entry] | None = None
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
@@ -657,42 +661,26 @@ class _FilterJit:
             return self
         return functools.partial(self, instance)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # One crossing: the graph of (args, kwargs), its leaves split into arrays and statics
-        # (the type of each leaf), and the last call's entry when this call has its graphdef
-        # and leaf types (a training loop calls with one structure; comparing with it is a
-        # pointer compare per node and per leaf type, cheaper than hashing a new graphdef).
-        leaves, graphdef, types, arrays, statics, aliased, entry = _filter_jit_split(
-            args, kwargs, _IS_ARRAY_TYPE, _is_array_type, self._last, self._namespace
-        )
+    def _entry(self, graphdef: GraphDef, types: tuple[type, ...]) -> _Entry:
+        """The entry of a structure other than the last call's, made on its first call."""
+        entry = self._entries.get((graphdef, types))
         if entry is None:
-            entry = self._entries.get((graphdef, types))
-            if entry is None:
-                entry = self._entries[(graphdef, types)] = _Entry(
-                    graphdef, [_is_array_type(ty) for ty in types], self._donate
-                )
-            self._last = (graphdef, types, entry)
-        if aliased:
-            return self._call_aliased(entry, statics, arrays, leaves, (args, kwargs))
+            entry = self._entries[(graphdef, types)] = _Entry(
+                graphdef, [_is_array_type(ty) for ty in types], self._donate
+            )
+        return entry
+
+    def _compiled(self, entry: _Entry, statics: tuple[Any, ...]) -> Callable[..., Any]:
+        """The compiled function for static leaves the core's lookup did not find (or could
+        not hash), compiled on its first call."""
         try:
             compiled = entry.compiled.get(statics)
         except TypeError:
-            self._raise_unhashable(entry, leaves)
+            self._raise_unhashable(entry, statics)
             raise
         if compiled is None:
             compiled = entry.compiled[statics] = self._compile(entry, statics, None)
-        kept = entry.kept
-        if kept is None:
-            # One argument per array: JAX's C++ dispatch takes them without a tuple node.
-            out_arrays, out = compiled(*arrays)
-        else:
-            out_arrays, out = compiled(arrays[:kept], arrays[kept:])
-        direct = out.direct
-        if direct is not None:
-            return graph_unflatten(direct, out_arrays)
-        if out.changes is not None:  # the function changed its arguments
-            return out.finish(out_arrays, leaves, (args, kwargs))
-        return out.rebuild(out_arrays)
+        return compiled
 
     def _call_aliased(
         self,
@@ -708,7 +696,7 @@ class _FilterJit:
         try:
             compiled = entry.aliased.get((statics, pattern))
         except TypeError:
-            self._raise_unhashable(entry, leaves)
+            self._raise_unhashable(entry, statics)
             raise
         if compiled is None:
             compiled = entry.aliased[(statics, pattern)] = self._compile(entry, statics, pattern)
@@ -720,11 +708,9 @@ class _FilterJit:
             out_arrays, out = compiled(unique[:kept], unique[kept:])
         return out.finish(out_arrays, leaves, roots)
 
-    def _raise_unhashable(self, entry: _Entry, leaves: list[Any]) -> None:
+    def _raise_unhashable(self, entry: _Entry, statics: tuple[Any, ...]) -> None:
         paths = entry.graphdef.paths()
-        for i, leaf in enumerate(leaves):
-            if _is_array_type(type(leaf)):
-                continue
+        for i, leaf in zip(entry.static_at, statics, strict=True):
             try:
                 hash(leaf)
             except TypeError:
