@@ -439,7 +439,7 @@ class _Changes:
         ]
         fresh = graph_unflatten(self.graphdef, new)
         saved = [_Saved(x) for x in _walk(roots)]
-        _write_back(roots, fresh if len(roots) > 1 else (fresh,), self.origin)
+        _write_back(roots, fresh if len(roots) != 1 else (fresh,), self.origin)
         # Whatever the caller's objects could not take (a change inside a tuple or another
         # object rebuilt from its children, at the top of an argument) is reported, and the
         # caller's objects are put back as they were.
@@ -574,14 +574,30 @@ _DONATE = ("none", "all", "all-except-first")
 
 
 class _Entry:
-    """Everything filter_jit knows about one input structure (graphdef and leaf types): how to
-    put the leaves back in order, and a compiled function per distinct tuple of static leaves.
-    The arrays (and the statics) come in leaf order (see `_FilterJitCore`)."""
+    """Everything filter_jit knows about one input structure (graphdef, leaf types and whether
+    there are keyword arguments): how to put the leaves back in order, and a compiled function
+    per distinct tuple of static leaves. The graph's roots are the positional arguments, then
+    the keyword arguments' dict when there are keyword arguments; the arrays (and the statics)
+    come in leaf order (see `_FilterJitCore`)."""
 
-    __slots__ = ("aliased", "compiled", "graphdef", "kept", "merge", "static_at")
+    __slots__ = (
+        "aliased",
+        "compiled",
+        "graphdef",
+        "has_kwargs",
+        "kept",
+        "merge",
+        "nargs",
+        "static_at",
+    )
 
-    def __init__(self, graphdef: GraphDef, mask: Sequence[bool], donate: str) -> None:
+    def __init__(
+        self, graphdef: GraphDef, mask: Sequence[bool], donate: str, has_kwargs: bool
+    ) -> None:
         arrays, statics = _split(mask)
+        self.graphdef = graphdef
+        self.has_kwargs = has_kwargs
+        self.nargs = graphdef.num_roots - has_kwargs
         # The arrays go to the compiled function as two tuples, those kept and those donated;
         # `kept` is how many come first (None without donation: all in one tuple). The first
         # argument's leaves come first in leaf order, so its arrays are a prefix of them.
@@ -590,13 +606,31 @@ class _Entry:
             self.kept = 0
         elif donate == "all-except-first":
             paths = graphdef.paths()
-            self.kept = sum(1 for i in arrays if _in_first_arg(paths[i]))
-        self.graphdef = graphdef
+            self.kept = sum(1 for i in arrays if _in_first_arg(self.as_args_kwargs(paths[i])))
         self.merge = _merger(arrays + statics)
         self.static_at = statics  # the leaf index of each static leaf
         self.compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
         # For calls where one array object fills several leaves: by (statics, alias pattern).
         self.aliased: dict[tuple[Any, ...], Callable[..., Any]] = {}
+
+    def as_args_kwargs(self, path: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A leaf path of the graph as a path of the two roots ``(args, kwargs)``."""
+        if self.graphdef.num_roots == 1:  # a graph of one root has no root key in its paths
+            path = (SequenceKey(0), *path)
+        i = path[0].idx
+        if i < self.nargs:
+            return (SequenceKey(0), SequenceKey(i), *path[1:])
+        return (SequenceKey(1), *path[1:])
+
+    def where(self, path: tuple[Any, ...]) -> str:
+        """A leaf path of the graph, as ``args[0]['a']``."""
+        return _where(self.as_args_kwargs(path))
+
+    def arguments(self, rebuilt: Any) -> tuple[tuple[Any, ...], tuple[Any, ...], dict[str, Any]]:
+        """The roots, the positional and the keyword arguments, from what `graph_unflatten`
+        rebuilt of the graph."""
+        roots = (rebuilt,) if self.graphdef.num_roots == 1 else rebuilt
+        return roots, roots[: self.nargs], roots[self.nargs] if self.has_kwargs else {}
 
 
 def _in_first_arg(path: tuple[Any, ...]) -> bool:
@@ -649,7 +683,7 @@ class _FilterJit(_FilterJitCore):
         self._fn = fn
         self._donate = donate
         self._namespace = namespace
-        self._entries: dict[tuple[GraphDef, tuple[type, ...]], _Entry] = {}
+        self._entries: dict[tuple[GraphDef, tuple[type, ...], bool], _Entry] = {}
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
@@ -661,12 +695,13 @@ class _FilterJit(_FilterJitCore):
             return self
         return functools.partial(self, instance)
 
-    def _entry(self, graphdef: GraphDef, types: tuple[type, ...]) -> _Entry:
+    def _entry(self, graphdef: GraphDef, types: tuple[type, ...], has_kwargs: bool) -> _Entry:
         """The entry of a structure other than the last call's, made on its first call."""
-        entry = self._entries.get((graphdef, types))
+        key = (graphdef, types, has_kwargs)
+        entry = self._entries.get(key)
         if entry is None:
-            entry = self._entries[(graphdef, types)] = _Entry(
-                graphdef, [_is_array_type(ty) for ty in types], self._donate
+            entry = self._entries[key] = _Entry(
+                graphdef, [_is_array_type(ty) for ty in types], self._donate, has_kwargs
             )
         return entry
 
@@ -715,7 +750,7 @@ class _FilterJit(_FilterJitCore):
                 hash(leaf)
             except TypeError:
                 raise TypeError(
-                    f"filter_jit: the static (non-array) leaf at {_where(paths[i])} is an "
+                    f"filter_jit: the static (non-array) leaf at {entry.where(paths[i])} is an "
                     f"unhashable {type(leaf).__name__}; static leaves are part of the "
                     "compilation cache key, so they must be hashable (pass an array instead, "
                     "or a hashable value)"
@@ -734,11 +769,11 @@ class _FilterJit(_FilterJitCore):
             if expand is not None:
                 arrays = expand(arrays)
             before = merge(arrays + statics)
-            args, kwargs = graph_unflatten(graphdef, before)
-            objects = _numbered((args, kwargs))
+            roots, args, kwargs = entry.arguments(graph_unflatten(graphdef, before))
+            objects = _numbered(roots)
             out_leaves, out_graphdef = graph_flatten(fn(*args, **kwargs), namespace=namespace)
             changes, changed = _Changes.of(
-                (args, kwargs), before, graphdef, namespace, "filter_jit", _where, objects
+                roots, before, graphdef, namespace, "filter_jit", entry.where, objects
             )
             out = _Out(out_leaves, out_graphdef, changes)
             return (*out.arrays_of(out_leaves), *changed), out

@@ -746,6 +746,24 @@ def test_donate_all_and_all_except_first() -> None:
     assert y.is_deleted()
 
 
+def test_keyword_arguments_are_not_a_positional_dict() -> None:
+    # f(x, {'k': 1}) and f(x, k=1) flatten to one graph (the positional arguments, then the
+    # keyword dict): they must still be told apart.
+    f = oxjax.filter_jit(lambda *a, **k: (len(a), sorted(k)))
+    x = jnp.ones(2)
+    assert f(x, {"k": 1}) == (2, [])
+    assert f(x, k=1) == (1, ["k"])
+    assert f(x, {"k": 1}) == (2, [])
+    assert f(x) == (1, [])  # an empty keyword dict is no keyword arguments
+    assert f(k=x) == (0, ["k"])
+    g = oxjax.filter_jit(lambda a, b: (a + 1, b[0] * 2), donate="all-except-first")
+    y, z = jnp.ones(3), jnp.ones(3)
+    out = g(y, b=[z])
+    np.testing.assert_allclose(out[1], [2.0, 2.0, 2.0])
+    assert not y.is_deleted()
+    assert z.is_deleted()
+
+
 def test_filter_jit_errors() -> None:
     jitted = oxjax.filter_jit(lambda *a, **k: 0)
     with pytest.raises(TypeError, match=r"static \(non-array\) leaf at args\[1\]\['s'\]"):

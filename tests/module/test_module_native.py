@@ -191,8 +191,8 @@ def _core_jit(
             self.log: list[tuple[Any, ...]] = []
             self.record = _Record(direct)
 
-        def _entry(self, graphdef: Any, types: Any) -> _Entry:
-            self.log.append(("entry", graphdef, types))
+        def _entry(self, graphdef: Any, types: Any, has_kwargs: bool) -> _Entry:
+            self.log.append(("entry", graphdef, types, has_kwargs))
             return _Entry(kept)
 
         def _compiled(self, entry: _Entry, statics: Any) -> Any:
@@ -228,18 +228,20 @@ def test_filter_jit_core_splits_once() -> None:
     args = (shared, b, 1)
     kwargs = {"k": shared}
     assert jit(*args, **kwargs) == "finished"
-    expected_leaves, expected_gd = oxtree.graph_flatten(args, kwargs)
-    (_, gd, types), compiled, call = jit.log
+    # The roots: each positional argument, then the keyword arguments' dict.
+    expected_leaves, expected_gd = oxtree.graph_flatten(*args, kwargs)
+    (_, gd, types, has_kwargs), compiled, call = jit.log
     assert gd == expected_gd
-    assert gd.num_refs == 1  # the list met again through the second root
+    assert gd.num_refs == 1  # the list met again through the last root
     assert types == (str, object, object, int)
+    assert has_kwargs is True
     assert compiled == ("compiled", ("x", 1))
     assert call == ("call", (a, b))  # one argument per array
     assert asked == [int]  # only the type `known` lacked, once
     ((arrays, leaves, roots),) = jit.record.finished
     assert arrays == (a, b)
     assert leaves == expected_leaves
-    assert roots == (args, kwargs)
+    assert roots == (*args, kwargs)
     # The same graphdef and leaf types as the last call's: no entry asked, no compile.
     jit.log.clear()
     assert jit(*args, **kwargs) == "finished"
@@ -248,21 +250,29 @@ def test_filter_jit_core_splits_once() -> None:
     jit.log.clear()
     jit(["y", b], a, 2, k=None)
     assert [e[0] for e in jit.log] == ["entry", "compiled", "call"]
-    assert jit.log[0][1] == oxtree.graph_flatten((["y", b], a, 2), {"k": None})[1]
+    assert jit.log[0][1] == oxtree.graph_flatten(["y", b], a, 2, {"k": None})[1]
     # The same graphdef as the first call, other leaf types: another entry.
     jit.log.clear()
     strings = ["x", "a"]
     jit(strings, b, 1, k=strings)
     assert jit.log[0][1] == gd
     assert jit.log[0][2] == (str, str, object, int)
-    # Equal static leaves are no aliasing; no leaves at all split into empty tuples, and no
-    # keyword arguments at all are an empty dict.
+    # Without keyword arguments the roots are the positional arguments: another entry, even
+    # where a positional dict gives the same graph.
+    jit.log.clear()
+    jit(strings, b, 1, {"k": strings})
+    assert jit.log[0][1:] == (gd, (str, str, object, int), False)
+    ((_, _, roots),) = jit.record.finished[-1:]
+    assert roots == (strings, b, 1, {"k": strings})
+    # Equal static leaves are no aliasing; an empty keyword dict is no root; no leaves at all
+    # split into empty tuples.
     jit.log.clear()
     jit("s", "s")
-    assert jit.log[0][1] == oxtree.graph_flatten(("s", "s"), {})[1]
+    assert jit.log[0][1:] == (oxtree.graph_flatten("s", "s")[1], (str, str), False)
     assert jit.log[1:] == [("compiled", ("s", "s")), ("call", ())]
     jit.log.clear()
     jit()
+    assert jit.log[0][1] == oxtree.graph_flatten()[1]
     assert jit.log[1:] == [("compiled", ()), ("call", ())]
 
 
@@ -273,10 +283,10 @@ def test_filter_jit_core_aliased_and_donated() -> None:
     # arrays, the leaves and the roots.
     jit = _core_jit(known, bool)
     assert jit(a, a, "s") == "aliased"
-    (_, gd, _), (what, _entry, statics, arrays, leaves, roots) = jit.log
-    assert gd == oxtree.graph_flatten((a, a, "s"), {})[1]
+    (_, gd, _, _), (what, _entry, statics, arrays, leaves, roots) = jit.log
+    assert gd == oxtree.graph_flatten(a, a, "s")[1]
     assert (what, statics, arrays, leaves) == ("aliased", ("s",), (a, a), [a, a, "s"])
-    assert roots == ((a, a, "s"), {})
+    assert roots == (a, a, "s")
     # With donation, the arrays come as two tuples: those kept, then the others.
     jit = _core_jit(known, bool, kept=1)
     jit(a, b)
@@ -307,7 +317,7 @@ def test_filter_jit_core_errors() -> None:
     assert jit.log[1] == ("compiled", ({1}, 2))
 
     class NoDict(_FilterJitCore):
-        def _entry(self, graphdef: Any, types: Any) -> Any:
+        def _entry(self, graphdef: Any, types: Any, has_kwargs: bool) -> Any:
             entry = _Entry()
             entry.compiled = [1]
             return entry
@@ -322,7 +332,7 @@ def test_filter_jit_core_errors() -> None:
         Bare("", known, bool)(object())
 
     class BadResult(_FilterJitCore):
-        def _entry(self, graphdef: Any, types: Any) -> Any:
+        def _entry(self, graphdef: Any, types: Any, has_kwargs: bool) -> Any:
             entry = _Entry()
             entry.compiled[()] = lambda *arrays: 42
             return entry

@@ -2,7 +2,8 @@
 //!
 //! A compiled function (`_FilterJitCore`, subclassed in Python by `oxtree.jax._FilterJit`)
 //! takes a call's arguments straight from the interpreter, as `jax.jit`'s C++ dispatch does:
-//! it flattens `(args, kwargs)` as one graph of two roots, splits the leaves into their types,
+//! it flattens the arguments as one graph whose roots are the positional arguments and, when
+//! there are any, the keyword arguments' dict, splits the leaves into their types,
 //! the array leaves and the static leaves in one pass, checks the graphdef and leaf types
 //! against the previous call's, looks the static leaves up in that entry's cache, calls the
 //! compiled function with the arrays and rebuilds its result with `graph_unflatten`. What is
@@ -34,6 +35,8 @@ use crate::walk;
 struct Last {
     graphdef: Py<GraphDef>,
     types: Py<PyTuple>,
+    /// Whether the last root is the keyword arguments' dict.
+    has_kwargs: bool,
     /// The Python entry (`oxtree.jax._Entry`), handed back to the subclass's methods.
     entry: Py<PyAny>,
     /// `entry.compiled`: static leaves -> compiled function.
@@ -129,6 +132,7 @@ struct Split<'py> {
 fn last_of<'py>(
     graphdef: Bound<'py, GraphDef>,
     types: Bound<'py, PyTuple>,
+    has_kwargs: bool,
     entry: Bound<'py, PyAny>,
 ) -> PyResult<Last> {
     let py = entry.py();
@@ -143,6 +147,7 @@ fn last_of<'py>(
     Ok(Last {
         graphdef: graphdef.unbind(),
         types: types.unbind(),
+        has_kwargs,
         entry: entry.unbind(),
         compiled: compiled.unbind(),
         kept,
@@ -165,8 +170,9 @@ impl FilterJitCore {
         }
     }
 
-    /// Calls the compiled function with the array leaves of `(args, kwargs)` and rebuilds
-    /// its result.
+    /// Calls the compiled function with the array leaves of the arguments and rebuilds its
+    /// result. The subclass's methods get the roots as a tuple: the positional arguments, then
+    /// the keyword arguments' dict when there are keyword arguments (`has_kwargs`).
     #[pyo3(signature = (*args, **kwargs))]
     fn __call__<'py>(
         slf: &Bound<'py, Self>,
@@ -175,12 +181,15 @@ impl FilterJitCore {
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let me = slf.get();
-        let kwargs = match kwargs {
-            Some(k) => k.clone(),
-            None => PyDict::new(py),
-        };
+        // The roots: each positional argument, then the keyword arguments' dict unless empty
+        // (a tuple and an empty dict node more would cost a fifth of the flatten of a small
+        // model).
+        let kwargs = kwargs.filter(|k| !k.is_empty());
+        let mut roots: Vec<Bound<'py, PyAny>> = Vec::with_capacity(args.len() + 1);
+        roots.extend(args.iter());
+        roots.extend(kwargs.map(|k| k.clone().into_any()));
+        let has_kwargs = kwargs.is_some();
         let opts = Options::new(None, false, &me.namespace);
-        let roots = [args.clone().into_any(), kwargs.clone().into_any()];
         let (leaves, gd) = graph::flatten_roots(py, &roots, &opts)?;
         let last = me.last().clone();
         let (known, classify) = (me.known.bind(py), me.classify.bind(py));
@@ -194,16 +203,30 @@ impl FilterJitCore {
             last.as_ref().map(|l| l.types.bind(py).clone()),
         )?;
         let last = match last {
-            Some(l) if s.same && graph::same_graphdef(py, gd.get(), l.graphdef.get())? => l,
+            Some(l)
+                if s.same
+                    && l.has_kwargs == has_kwargs
+                    && graph::same_graphdef(py, gd.get(), l.graphdef.get())? =>
+            {
+                l
+            }
             _ => {
-                let entry = slf.call_method1(intern!(py, "_entry"), (&gd, &s.types))?;
-                let l = Arc::new(last_of(gd, s.types.clone(), entry)?);
-                *me.last() = Some(l.clone());
+                let call = (&gd, &s.types, has_kwargs);
+                let entry = slf.call_method1(intern!(py, "_entry"), call)?;
+                let l = Arc::new(last_of(gd, s.types.clone(), has_kwargs, entry)?);
+                // The previous entry is dropped after the lock is released (dropping it may
+                // run Python code).
+                let previous = me.last().replace(l.clone());
+                drop(previous);
                 l
             }
         };
         let entry = last.entry.bind(py);
-        let roots = (args, &kwargs);
+        let roots = if has_kwargs {
+            PyTuple::new(py, roots)?
+        } else {
+            args.clone()
+        };
         if s.aliased {
             let leaves = walk::list_from_vec(py, leaves);
             let call = (entry, s.statics, s.arrays, leaves, roots);
