@@ -689,6 +689,13 @@ class _FilterJit(_FilterJitCore):
     def __repr__(self) -> str:
         return f"<filter_jit of {self._fn!r}>"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Copies and pickles are made anew from the function and options (the core's fields
+        # are no attributes), with the attributes set since; the compiled functions are not
+        # copied.
+        state = {k: v for k, v in vars(self).items() if k != "_entries"}
+        return type(self), (self._fn, self._donate, self._namespace), state
+
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         # Decorating a method: the instance is the first argument, flattened like the rest.
         if instance is None:

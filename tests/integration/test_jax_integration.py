@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import doctest
+import operator
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -762,6 +765,21 @@ def test_keyword_arguments_are_not_a_positional_dict() -> None:
     np.testing.assert_allclose(out[1], [2.0, 2.0, 2.0])
     assert not y.is_deleted()
     assert z.is_deleted()
+
+
+def test_filter_jit_copies_and_pickles() -> None:
+    f = oxjax.filter_jit(operator.neg, donate="all-except-first")
+    f.note = "kept"  # type: ignore[attr-defined]
+    x = jnp.ones(2)
+    np.testing.assert_allclose(f(x), [-1.0, -1.0])
+    for g in (copy.copy(f), copy.deepcopy(f), pickle.loads(pickle.dumps(f))):
+        assert type(g) is type(f)
+        assert g is not f
+        assert repr(g) == repr(f)
+        assert g.__wrapped__ is operator.neg
+        assert g.note == "kept"
+        np.testing.assert_allclose(g(x), [-1.0, -1.0])
+        assert not x.is_deleted()  # the first argument is kept, as in `f`
 
 
 def test_filter_jit_errors() -> None:
