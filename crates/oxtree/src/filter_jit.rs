@@ -46,7 +46,7 @@ struct Last {
 }
 
 /// The core of a function compiled by `oxtree.jax.filter_jit`: its warm call.
-#[pyclass(frozen, subclass, module = "oxtree._core", name = "_FilterJitCore")]
+#[pyclass(frozen, subclass, module = "oxtree", name = "_FilterJitCore")]
 pub struct FilterJitCore {
     namespace: String,
     /// Type -> whether its instances are arrays, as far as known.
