@@ -671,7 +671,7 @@ def _dedupe(arrays: tuple[Any, ...]) -> tuple[tuple[int, ...], tuple[Any, ...]]:
 
 class _FilterJit(_FilterJitCore):
     """A function compiled by :func:`filter_jit`. A warm call runs in the core
-    (``_FilterJitCore.__call__``: the graph of ``(args, kwargs)``, the leaf split, the check
+    (``_FilterJitCore.__call__``: the graph of the arguments, the leaf split, the check
     against the previous call's structure, the compiled function and the rebuild of its
     result); it asks the methods below for what is rare: a new structure, new static leaves,
     an array object in several leaves."""
