@@ -5,6 +5,8 @@ from collections.abc import Callable, Iterable
 from enum import IntEnum
 from typing import Any, Final, Self, SupportsIndex, SupportsInt, TypeVar, final
 
+from typing_extensions import disjoint_base
+
 _T = TypeVar("_T")
 
 __all__ = [
@@ -41,7 +43,7 @@ __all__ = [
     "_rebuild_graphdef",
     "_graph_rebuild_steps",
     "_set_module_hooks",
-    "_filter_jit_split",
+    "_FilterJitCore",
     "register_pytree_node",
     "unregister_pytree_node",
     "register_static",
@@ -510,11 +512,13 @@ def _rebuild_graphdef(
 ) -> GraphDef: ...
 def _graph_rebuild_steps() -> int: ...
 def _set_module_hooks(flatten: Callable[[Any], Any]) -> None: ...
-def _filter_jit_split(
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any] | None,
-    known: dict[type, bool],
-    classify: Callable[[type], bool],
-    last: tuple[GraphDef, tuple[type, ...], Any] | None,
-    namespace: str,
-) -> tuple[list[Any], GraphDef, tuple[type, ...], tuple[Any, ...], tuple[Any, ...], bool, Any]: ...
+
+@disjoint_base
+class _FilterJitCore:
+    def __new__(
+        cls,
+        namespace: str,
+        known: dict[type, bool],
+        classify: Callable[[type], bool],
+    ) -> Self: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...

@@ -46,7 +46,7 @@ from oxtree._core import (
     FlattenedIndexKey,
     GetAttrKey,
     SequenceKey,
-    _filter_jit_split,
+    _FilterJitCore,
     _flatten_one_level,
     keystr,
     registered_types,
@@ -440,7 +440,7 @@ class _Changes:
         ]
         fresh = graph_unflatten(self.graphdef, new)
         saved = [_Saved(x) for x in _walk(roots)]
-        _write_back(roots, fresh if len(roots) > 1 else (fresh,), self.origin)
+        _write_back(roots, fresh if len(roots) != 1 else (fresh,), self.origin)
         # Whatever the caller's objects could not take (a change inside a tuple or another
         # object rebuilt from its children, at the top of an argument) is reported, and the
         # caller's objects are put back as they were.
@@ -575,14 +575,30 @@ _DONATE = ("none", "all", "all-except-first")
 
 
 class _Entry:
-    """Everything filter_jit knows about one input structure (graphdef and leaf types): how to
-    put the leaves back in order, and a compiled function per distinct tuple of static leaves.
-    The arrays (and the statics) come in leaf order (see `_filter_jit_split`)."""
+    """Everything filter_jit knows about one input structure (graphdef, leaf types and whether
+    there are keyword arguments): how to put the leaves back in order, and a compiled function
+    per distinct tuple of static leaves. The graph's roots are the positional arguments, then
+    the keyword arguments' dict when there are keyword arguments; the arrays (and the statics)
+    come in leaf order (see `_FilterJitCore`)."""
 
-    __slots__ = ("aliased", "compiled", "graphdef", "kept", "merge")
+    __slots__ = (
+        "aliased",
+        "compiled",
+        "graphdef",
+        "has_kwargs",
+        "kept",
+        "merge",
+        "nargs",
+        "static_at",
+    )
 
-    def __init__(self, graphdef: GraphDef, mask: Sequence[bool], donate: str) -> None:
+    def __init__(
+        self, graphdef: GraphDef, mask: Sequence[bool], donate: str, has_kwargs: bool
+    ) -> None:
         arrays, statics = _split(mask)
+        self.graphdef = graphdef
+        self.has_kwargs = has_kwargs
+        self.nargs = graphdef.num_roots - has_kwargs
         # The arrays go to the compiled function as two tuples, those kept and those donated;
         # `kept` is how many come first (None without donation: all in one tuple). The first
         # argument's leaves come first in leaf order, so its arrays are a prefix of them.
@@ -591,12 +607,31 @@ class _Entry:
             self.kept = 0
         elif donate == "all-except-first":
             paths = graphdef.paths()
-            self.kept = sum(1 for i in arrays if _in_first_arg(paths[i]))
-        self.graphdef = graphdef
+            self.kept = sum(1 for i in arrays if _in_first_arg(self.as_args_kwargs(paths[i])))
         self.merge = _merger(arrays + statics)
+        self.static_at = statics  # the leaf index of each static leaf
         self.compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
         # For calls where one array object fills several leaves: by (statics, alias pattern).
         self.aliased: dict[tuple[Any, ...], Callable[..., Any]] = {}
+
+    def as_args_kwargs(self, path: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A leaf path of the graph as a path of the two roots ``(args, kwargs)``."""
+        if self.graphdef.num_roots == 1:  # a graph of one root has no root key in its paths
+            path = (SequenceKey(0), *path)
+        i = path[0].idx
+        if i < self.nargs:
+            return (SequenceKey(0), SequenceKey(i), *path[1:])
+        return (SequenceKey(1), *path[1:])
+
+    def where(self, path: tuple[Any, ...]) -> str:
+        """A leaf path of the graph, as ``args[0]['a']``."""
+        return _where(self.as_args_kwargs(path))
+
+    def arguments(self, rebuilt: Any) -> tuple[tuple[Any, ...], tuple[Any, ...], dict[str, Any]]:
+        """The roots, the positional and the keyword arguments, from what `graph_unflatten`
+        rebuilt of the graph."""
+        roots = (rebuilt,) if self.graphdef.num_roots == 1 else rebuilt
+        return roots, roots[: self.nargs], roots[self.nargs] if self.has_kwargs else {}
 
 
 def _in_first_arg(path: tuple[Any, ...]) -> bool:
@@ -635,22 +670,32 @@ def _dedupe(arrays: tuple[Any, ...]) -> tuple[tuple[int, ...], tuple[Any, ...]]:
     return tuple(pattern), tuple(unique)
 
 
-class _FilterJit:
-    """A function compiled by :func:`filter_jit`."""
+class _FilterJit(_FilterJitCore):
+    """A function compiled by :func:`filter_jit`. A warm call runs in the core
+    (``_FilterJitCore.__call__``: the graph of the arguments, the leaf split, the check
+    against the previous call's structure, the compiled function and the rebuild of its
+    result); it asks the methods below for what is rare: a new structure, new static leaves,
+    an array object in several leaves."""
+
+    def __new__(cls, fn: Callable[..., Any], donate: str, namespace: str) -> _FilterJit:
+        return super().__new__(cls, namespace, _IS_ARRAY_TYPE, _is_array_type)
 
     def __init__(self, fn: Callable[..., Any], donate: str, namespace: str) -> None:
         self._fn = fn
         self._donate = donate
         self._namespace = namespace
-        self._entries: dict[tuple[GraphDef, tuple[type, ...]], _Entry] = {}
-        # The entry of the last call: a training loop calls with one structure, and comparing
-        # with it (a pointer compare per node and per leaf type) is cheaper than hashing a
-        # new graphdef, which asks every module's aux data for its hash.
-        self._last: tuple[GraphDef, tuple[type, ...], _Entry] | None = None
+        self._entries: dict[tuple[GraphDef, tuple[type, ...], bool], _Entry] = {}
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
         return f"<filter_jit of {self._fn!r}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Copies and pickles are made anew from the function and options (the core's fields
+        # are no attributes), with the attributes set since; the compiled functions are not
+        # copied.
+        state = {k: v for k, v in vars(self).items() if k != "_entries"}
+        return type(self), (self._fn, self._donate, self._namespace), state
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         # Decorating a method: the instance is the first argument, flattened like the rest.
@@ -658,42 +703,27 @@ class _FilterJit:
             return self
         return functools.partial(self, instance)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # One crossing: the graph of (args, kwargs), its leaves split into arrays and statics
-        # (the type of each leaf), and the last call's entry when this call has its graphdef
-        # and leaf types (a training loop calls with one structure; comparing with it is a
-        # pointer compare per node and per leaf type, cheaper than hashing a new graphdef).
-        leaves, graphdef, types, arrays, statics, aliased, entry = _filter_jit_split(
-            args, kwargs, _IS_ARRAY_TYPE, _is_array_type, self._last, self._namespace
-        )
+    def _entry(self, graphdef: GraphDef, types: tuple[type, ...], has_kwargs: bool) -> _Entry:
+        """The entry of a structure other than the last call's, made on its first call."""
+        key = (graphdef, types, has_kwargs)
+        entry = self._entries.get(key)
         if entry is None:
-            entry = self._entries.get((graphdef, types))
-            if entry is None:
-                entry = self._entries[(graphdef, types)] = _Entry(
-                    graphdef, [_is_array_type(ty) for ty in types], self._donate
-                )
-            self._last = (graphdef, types, entry)
-        if aliased:
-            return self._call_aliased(entry, statics, arrays, leaves, (args, kwargs))
+            entry = self._entries[key] = _Entry(
+                graphdef, [_is_array_type(ty) for ty in types], self._donate, has_kwargs
+            )
+        return entry
+
+    def _compiled(self, entry: _Entry, statics: tuple[Any, ...]) -> Callable[..., Any]:
+        """The compiled function for static leaves the core's lookup did not find (or could
+        not hash), compiled on its first call."""
         try:
             compiled = entry.compiled.get(statics)
         except TypeError:
-            self._raise_unhashable(entry, leaves)
+            self._raise_unhashable(entry, statics)
             raise
         if compiled is None:
             compiled = entry.compiled[statics] = self._compile(entry, statics, None)
-        kept = entry.kept
-        if kept is None:
-            # One argument per array: JAX's C++ dispatch takes them without a tuple node.
-            out_arrays, out = compiled(*arrays)
-        else:
-            out_arrays, out = compiled(arrays[:kept], arrays[kept:])
-        direct = out.direct
-        if direct is not None:
-            return graph_unflatten(direct, out_arrays)
-        if out.changes is not None:  # the function changed its arguments
-            return out.finish(out_arrays, leaves, (args, kwargs))
-        return out.rebuild(out_arrays)
+        return compiled
 
     def _call_aliased(
         self,
@@ -709,7 +739,7 @@ class _FilterJit:
         try:
             compiled = entry.aliased.get((statics, pattern))
         except TypeError:
-            self._raise_unhashable(entry, leaves)
+            self._raise_unhashable(entry, statics)
             raise
         if compiled is None:
             compiled = entry.aliased[(statics, pattern)] = self._compile(entry, statics, pattern)
@@ -721,16 +751,14 @@ class _FilterJit:
             out_arrays, out = compiled(unique[:kept], unique[kept:])
         return out.finish(out_arrays, leaves, roots)
 
-    def _raise_unhashable(self, entry: _Entry, leaves: list[Any]) -> None:
+    def _raise_unhashable(self, entry: _Entry, statics: tuple[Any, ...]) -> None:
         paths = entry.graphdef.paths()
-        for i, leaf in enumerate(leaves):
-            if _is_array_type(type(leaf)):
-                continue
+        for i, leaf in zip(entry.static_at, statics, strict=True):
             try:
                 hash(leaf)
             except TypeError:
                 raise TypeError(
-                    f"filter_jit: the static (non-array) leaf at {_where(paths[i])} is an "
+                    f"filter_jit: the static (non-array) leaf at {entry.where(paths[i])} is an "
                     f"unhashable {type(leaf).__name__}; static leaves are part of the "
                     "compilation cache key, so they must be hashable (pass an array instead, "
                     "or a hashable value)"
@@ -749,11 +777,11 @@ class _FilterJit:
             if expand is not None:
                 arrays = expand(arrays)
             before = merge(arrays + statics)
-            args, kwargs = graph_unflatten(graphdef, before)
-            objects = _numbered((args, kwargs))
+            roots, args, kwargs = entry.arguments(graph_unflatten(graphdef, before))
+            objects = _numbered(roots)
             out_leaves, out_graphdef = graph_flatten(fn(*args, **kwargs), namespace=namespace)
             changes, changed = _Changes.of(
-                (args, kwargs), before, graphdef, namespace, "filter_jit", _where, objects
+                roots, before, graphdef, namespace, "filter_jit", entry.where, objects
             )
             out = _Out(out_leaves, out_graphdef, changes)
             return (*out.arrays_of(out_leaves), *changed), out

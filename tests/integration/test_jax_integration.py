@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import doctest
+import operator
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -744,6 +747,39 @@ def test_donate_all_and_all_except_first() -> None:
     np.testing.assert_allclose(out[1], [2.0, 2.0, 2.0])
     assert not x.is_deleted()
     assert y.is_deleted()
+
+
+def test_keyword_arguments_are_not_a_positional_dict() -> None:
+    # f(x, {'k': 1}) and f(x, k=1) flatten to one graph (the positional arguments, then the
+    # keyword dict): they must still be told apart.
+    f = oxjax.filter_jit(lambda *a, **k: (len(a), sorted(k)))
+    x = jnp.ones(2)
+    assert f(x, {"k": 1}) == (2, [])
+    assert f(x, k=1) == (1, ["k"])
+    assert f(x, {"k": 1}) == (2, [])
+    assert f(x) == (1, [])  # an empty keyword dict is no keyword arguments
+    assert f(k=x) == (0, ["k"])
+    g = oxjax.filter_jit(lambda a, b: (a + 1, b[0] * 2), donate="all-except-first")
+    y, z = jnp.ones(3), jnp.ones(3)
+    out = g(y, b=[z])
+    np.testing.assert_allclose(out[1], [2.0, 2.0, 2.0])
+    assert not y.is_deleted()
+    assert z.is_deleted()
+
+
+def test_filter_jit_copies_and_pickles() -> None:
+    f = oxjax.filter_jit(operator.neg, donate="all-except-first")
+    f.note = "kept"  # type: ignore[attr-defined]
+    x = jnp.ones(2)
+    np.testing.assert_allclose(f(x), [-1.0, -1.0])
+    for g in (copy.copy(f), copy.deepcopy(f), pickle.loads(pickle.dumps(f))):
+        assert type(g) is type(f)
+        assert g is not f
+        assert repr(g) == repr(f)
+        assert g.__wrapped__ is operator.neg
+        assert g.note == "kept"
+        np.testing.assert_allclose(g(x), [-1.0, -1.0])
+        assert not x.is_deleted()  # the first argument is kept, as in `f`
 
 
 def test_filter_jit_errors() -> None:

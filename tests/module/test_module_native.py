@@ -5,6 +5,7 @@ those functions give."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import oxtree
@@ -159,9 +160,60 @@ def test_rebuilt_modules_flatten_natively_again() -> None:
 # filter_jit's one pass over the leaves
 
 
-def test_filter_jit_split() -> None:
-    from oxtree._core import _filter_jit_split
+class _Record:
+    """A compiled function's record of its result, as filter_jit's `_Out`: `direct` is the
+    graphdef to rebuild from the arrays, or None to ask `finish`."""
 
+    def __init__(self, direct: Any) -> None:
+        self.direct = direct
+        self.finished: list[tuple[Any, ...]] = []
+
+    def finish(self, arrays: Any, leaves: list[Any], roots: tuple[Any, ...]) -> Any:
+        self.finished.append((arrays, leaves, roots))
+        return "finished"
+
+
+class _Entry:
+    def __init__(self, kept: int | None = None) -> None:
+        self.compiled: Any = {}
+        self.kept = kept
+
+
+def _core_jit(
+    known: dict[type, bool], classify: Any, kept: int | None = None, direct: Any = None
+) -> Any:
+    """A `_FilterJitCore` subclass whose rare paths record what the core asks, and whose
+    compiled function records its arguments and returns them with a `_Record`."""
+    from oxtree._core import _FilterJitCore
+
+    class Jit(_FilterJitCore):
+        def __init__(self, *_: Any) -> None:
+            self.log: list[tuple[Any, ...]] = []
+            self.record = _Record(direct)
+
+        def _entry(self, graphdef: Any, types: Any, has_kwargs: bool) -> _Entry:
+            self.log.append(("entry", graphdef, types, has_kwargs))
+            return _Entry(kept)
+
+        def _compiled(self, entry: _Entry, statics: Any) -> Any:
+            self.log.append(("compiled", statics))
+
+            def compiled(*arrays: Any) -> Any:
+                self.log.append(("call", arrays))
+                return arrays, self.record
+
+            with contextlib.suppress(TypeError):  # an unhashable static leaf
+                entry.compiled[statics] = compiled
+            return compiled
+
+        def _call_aliased(self, *call: Any) -> Any:
+            self.log.append(("aliased", *call))
+            return "aliased"
+
+    return Jit("", known, classify)
+
+
+def test_filter_jit_core_splits_once() -> None:
     a, b = object(), object()
     known: dict[type, bool] = {object: True, str: False}
     asked: list[type] = []
@@ -171,50 +223,122 @@ def test_filter_jit_split() -> None:
         known[ty] = False
         return False
 
+    jit = _core_jit(known, classify)
     shared = ["x", a]
     args = (shared, b, 1)
     kwargs = {"k": shared}
-    leaves, gd, types, arrays, statics, aliased, entry = _filter_jit_split(
-        args, kwargs, known, classify, None, ""
-    )
-    expected_leaves, expected_gd = oxtree.graph_flatten(args, kwargs)
-    assert leaves == expected_leaves
+    assert jit(*args, **kwargs) == "finished"
+    # The roots: each positional argument, then the keyword arguments' dict.
+    expected_leaves, expected_gd = oxtree.graph_flatten(*args, kwargs)
+    (_, gd, types, has_kwargs), compiled, call = jit.log
     assert gd == expected_gd
-    assert gd.num_refs == 1  # the list met again through the second root
+    assert gd.num_refs == 1  # the list met again through the last root
     assert types == (str, object, object, int)
-    assert arrays == (a, b)
-    assert statics == ("x", 1)
-    assert aliased is False
-    assert entry is None
+    assert has_kwargs is True
+    assert compiled == ("compiled", ("x", 1))
+    assert call == ("call", (a, b))  # one argument per array
     assert asked == [int]  # only the type `known` lacked, once
-    # The same graphdef and leaf types as the last call's: its entry and types come back.
-    marker = object()
-    last = (gd, types, marker)
-    again = _filter_jit_split((["y", b], a, 2), {"k": None}, known, classify, last, "")
-    assert again[6] is None  # kwargs hold no reference now: another graphdef
-    again = _filter_jit_split(args, kwargs, known, classify, last, "")
-    assert again[2] is types
-    assert again[6] is marker
-    # The same graphdef, other leaf types: no entry.
+    ((arrays, leaves, roots),) = jit.record.finished
+    assert arrays == (a, b)
+    assert leaves == expected_leaves
+    assert roots == (*args, kwargs)
+    # The same graphdef and leaf types as the last call's: no entry asked, no compile.
+    jit.log.clear()
+    assert jit(*args, **kwargs) == "finished"
+    assert jit.log == [("call", (a, b))]
+    # kwargs holding no reference: another graphdef, another entry.
+    jit.log.clear()
+    jit(["y", b], a, 2, k=None)
+    assert [e[0] for e in jit.log] == ["entry", "compiled", "call"]
+    assert jit.log[0][1] == oxtree.graph_flatten(["y", b], a, 2, {"k": None})[1]
+    # The same graphdef as the first call, other leaf types: another entry.
+    jit.log.clear()
     strings = ["x", "a"]
-    other = _filter_jit_split((strings, b, 1), {"k": strings}, known, classify, last, "")
-    assert other[1] == gd
-    assert other[2] == (str, str, object, int)
-    assert other[6] is None
-    # One array object in two leaves; no kwargs at all is an empty dict.
-    found = _filter_jit_split((a, a), None, known, classify, None, "")
-    assert found[5] is True
-    assert found[1] == oxtree.graph_flatten((a, a), {})[1]
-    # Equal static leaves are no aliasing; no leaves at all split into empty tuples.
-    assert _filter_jit_split(("s", "s"), None, known, classify, None, "")[5] is False
-    assert _filter_jit_split((), None, known, classify, None, "")[2:6] == ((), (), (), False)
+    jit(strings, b, 1, k=strings)
+    assert jit.log[0][1] == gd
+    assert jit.log[0][2] == (str, str, object, int)
+    # Without keyword arguments the roots are the positional arguments: another entry, even
+    # where a positional dict gives the same graph.
+    jit.log.clear()
+    jit(strings, b, 1, {"k": strings})
+    assert jit.log[0][1:] == (gd, (str, str, object, int), False)
+    ((_, _, roots),) = jit.record.finished[-1:]
+    assert roots == (strings, b, 1, {"k": strings})
+    # Equal static leaves are no aliasing; an empty keyword dict is no root; no leaves at all
+    # split into empty tuples.
+    jit.log.clear()
+    jit("s", "s")
+    assert jit.log[0][1:] == (oxtree.graph_flatten("s", "s")[1], (str, str), False)
+    assert jit.log[1:] == [("compiled", ("s", "s")), ("call", ())]
+    jit.log.clear()
+    jit()
+    assert jit.log[0][1] == oxtree.graph_flatten()[1]
+    assert jit.log[1:] == [("compiled", ()), ("call", ())]
+
+
+def test_filter_jit_core_aliased_and_donated() -> None:
+    a, b = object(), object()
+    known: dict[type, bool] = {object: True, str: False}
+    # One array object in two leaves: the aliased path gets the entry, the statics, the
+    # arrays, the leaves and the roots.
+    jit = _core_jit(known, bool)
+    assert jit(a, a, "s") == "aliased"
+    (_, gd, _, _), (what, _entry, statics, arrays, leaves, roots) = jit.log
+    assert gd == oxtree.graph_flatten(a, a, "s")[1]
+    assert (what, statics, arrays, leaves) == ("aliased", ("s",), (a, a), [a, a, "s"])
+    assert roots == (a, a, "s")
+    # With donation, the arrays come as two tuples: those kept, then the others.
+    jit = _core_jit(known, bool, kept=1)
+    jit(a, b)
+    assert jit.log[-1] == ("call", ((a,), (b,)))
+    # A result with nothing to merge is rebuilt from the arrays by the graphdef it names.
+    _, direct = oxtree.graph_flatten([a, b])
+    jit = _core_jit(known, bool, direct=direct)
+    out = jit(a, b)
+    assert out == [a, b]
+    assert jit.record.finished == []
+
+
+def test_filter_jit_core_errors() -> None:
+    from oxtree._core import _FilterJitCore
+
+    known: dict[type, bool] = {object: True}
 
     # A classifier's error comes through, and the walk's errors are the graph walk's.
     def broken(ty: type) -> bool:
         raise RuntimeError(f"cannot classify {ty.__name__}")
 
     with pytest.raises(RuntimeError, match="cannot classify float"):
-        _filter_jit_split((1.5,), {}, known, broken, None, "")
+        _core_jit(known, broken)(1.5)
+
+    # An unhashable static leaf is handed to `_compiled`, which words the error.
+    jit = _core_jit(known, lambda ty: False)
+    jit({1}, k=2)
+    assert jit.log[1] == ("compiled", ({1}, 2))
+
+    class NoDict(_FilterJitCore):
+        def _entry(self, graphdef: Any, types: Any, has_kwargs: bool) -> Any:
+            entry = _Entry()
+            entry.compiled = [1]
+            return entry
+
+    with pytest.raises(TypeError, match="compiled cache must be a dict, got list"):
+        NoDict("", known, bool)(object())
+
+    class Bare(_FilterJitCore):
+        pass
+
+    with pytest.raises(AttributeError, match="_entry"):
+        Bare("", known, bool)(object())
+
+    class BadResult(_FilterJitCore):
+        def _entry(self, graphdef: Any, types: Any, has_kwargs: bool) -> Any:
+            entry = _Entry()
+            entry.compiled[()] = lambda *arrays: 42
+            return entry
+
+    with pytest.raises(TypeError):
+        BadResult("", known, bool)(object())
 
 
 def test_filter_jit_on_modules_keeps_results() -> None:

@@ -16,8 +16,6 @@
 //! close a cycle through immutable containers alone, so this always finishes for objects
 //! made of the builtin containers; a cycle through registered classes only is reported.
 
-use std::collections::HashSet;
-use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
@@ -25,7 +23,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyList, PyTuple, PyType};
+use pyo3::types::{PyDict, PyList, PyTuple};
 use pyo3::PyTraverseError;
 
 use crate::errors::{type_name, Invariant, TreeError};
@@ -385,7 +383,7 @@ pub fn graph_flatten<'py>(
 }
 
 /// The leaves and graphdef of `roots`, flattened as one graph (`graph_flatten`'s work).
-fn flatten_roots<'py>(
+pub(crate) fn flatten_roots<'py>(
     py: Python<'py>,
     roots: &[Bound<'py, PyAny>],
     opts: &Options<'_, 'py>,
@@ -452,143 +450,8 @@ pub fn graph_unflatten<'py>(
     }
 }
 
-/// The types of `leaves`, their array leaves and their static leaves (each in leaf order),
-/// and whether one array object fills several leaves; `classify(type)` says whether a type's
-/// instances are arrays. `types` is `last_types` itself when the leaves have the same types as
-/// there.
-fn split<'py>(
-    py: Python<'py>,
-    leaves: impl ExactSizeIterator<Item = Bound<'py, PyAny>>,
-    mut classify: impl FnMut(&Bound<'py, PyType>) -> PyResult<bool>,
-    last_types: Option<Bound<'py, PyTuple>>,
-) -> PyResult<Split<'py>> {
-    let n = leaves.len();
-    let mut types = Vec::with_capacity(n);
-    let mut arrays = Vec::with_capacity(n);
-    let mut statics = Vec::new();
-    let mut seen: HashSet<usize, BuildHasherDefault<types::PtrHasher>> =
-        HashSet::with_capacity_and_hasher(n, Default::default());
-    let mut aliased = false;
-    let mut last_ty = std::ptr::null_mut();
-    let mut is_array = false;
-    for leaf in leaves {
-        let ty = leaf.get_type();
-        if ty.as_type_ptr() != last_ty {
-            is_array = classify(&ty)?;
-            last_ty = ty.as_type_ptr();
-        }
-        types.push(ty);
-        if is_array {
-            aliased |= !seen.insert(leaf.as_ptr() as usize);
-            arrays.push(leaf);
-        } else {
-            statics.push(leaf);
-        }
-    }
-    let same = last_types.filter(|last| {
-        last.len() == n
-            && last
-                .iter()
-                .zip(&types)
-                .all(|(a, b)| a.as_ptr() == b.as_ptr())
-    });
-    let (types, same) = match same {
-        Some(last) => (last, true),
-        None => (PyTuple::new(py, types)?, false),
-    };
-    Ok(Split {
-        types,
-        same,
-        arrays: ts::tuple_from_vec(py, arrays)?,
-        statics: ts::tuple_from_vec(py, statics)?,
-        aliased,
-    })
-}
-
-/// What [`split`] finds.
-struct Split<'py> {
-    types: Bound<'py, PyTuple>,
-    /// Whether `types` is the `last_types` given.
-    same: bool,
-    arrays: Bound<'py, PyTuple>,
-    statics: Bound<'py, PyTuple>,
-    aliased: bool,
-}
-
-/// A warm `oxtree.jax.filter_jit` call's work before the compiled function, in one crossing:
-/// flattens `(args, kwargs)` as one graph of two roots (in `namespace`) and splits its leaves
-/// in one pass into their types, the array leaves and the other (static) leaves, each in leaf
-/// order, and whether one array object fills several leaves. `known` maps a type to whether
-/// its instances are arrays; `classify(type)` (which must answer a bool, and may remember it
-/// in `known`) is asked about a type `known` lacks. `last` is the previous call's
-/// `(graphdef, types, entry)`, or None. Returns `(leaves, graphdef, types, arrays, statics,
-/// aliased, entry)`: `entry` is `last`'s when this call has its graphdef and leaf types (and
-/// `types` is then its tuple), else None.
-#[pyfunction]
-#[allow(clippy::type_complexity)]
-pub fn _filter_jit_split<'py>(
-    py: Python<'py>,
-    args: &Bound<'py, PyTuple>,
-    kwargs: Option<&Bound<'py, PyDict>>,
-    known: &Bound<'py, PyDict>,
-    classify: &Bound<'py, PyAny>,
-    last: &Bound<'py, PyAny>,
-    namespace: &str,
-) -> PyResult<(
-    Bound<'py, PyList>,
-    Bound<'py, GraphDef>,
-    Bound<'py, PyTuple>,
-    Bound<'py, PyTuple>,
-    Bound<'py, PyTuple>,
-    bool,
-    Bound<'py, PyAny>,
-)> {
-    let kwargs = match kwargs {
-        Some(k) => k.clone(),
-        None => PyDict::new(py),
-    };
-    let opts = Options::new(None, false, namespace);
-    let roots = [args.clone().into_any(), kwargs.into_any()];
-    let (leaves, gd) = flatten_roots(py, &roots, &opts)?;
-    let last = match last.cast::<PyTuple>() {
-        Ok(t) if t.len() == 3 => Some(t),
-        _ => None,
-    };
-    let last_types = match last {
-        Some(t) => t.get_item(1)?.cast_into::<PyTuple>().ok(),
-        None => None,
-    };
-    let s = split(
-        py,
-        leaves.iter().cloned(),
-        |ty| match known.get_item(ty)? {
-            Some(flag) => flag.is_truthy(),
-            None => classify.call1((ty,))?.is_truthy(),
-        },
-        last_types,
-    )?;
-    let mut entry = py.None().into_bound(py);
-    if let (true, Some(last)) = (s.same, last) {
-        let last_gd = last.get_item(0)?;
-        if let Ok(last_gd) = last_gd.cast::<GraphDef>() {
-            if same_graphdef(py, gd.get(), last_gd.get())? {
-                entry = last.get_item(2)?;
-            }
-        }
-    }
-    Ok((
-        walk::list_from_vec(py, leaves),
-        gd,
-        s.types,
-        s.arrays,
-        s.statics,
-        s.aliased,
-        entry,
-    ))
-}
-
 /// Whether two graphdefs are equal (`==`).
-fn same_graphdef(py: Python<'_>, a: &GraphDef, b: &GraphDef) -> PyResult<bool> {
+pub(crate) fn same_graphdef(py: Python<'_>, a: &GraphDef, b: &GraphDef) -> PyResult<bool> {
     Ok(a.num_roots == b.num_roots
         && a.refs == b.refs
         && a.skeleton.bind(py).eq(b.skeleton.bind(py))?)

@@ -6,6 +6,7 @@
 mod errors;
 mod face;
 mod ffi;
+mod filter_jit;
 mod graph;
 mod key_classes;
 mod kind;
@@ -60,9 +61,11 @@ mod _core {
     // Graphs: shared and cyclic references.
     #[pymodule_export]
     use crate::graph::{
-        _filter_jit_split, _graph_rebuild_steps, _rebuild_graphdef, graph_flatten, graph_unflatten,
-        GraphDef,
+        _graph_rebuild_steps, _rebuild_graphdef, graph_flatten, graph_unflatten, GraphDef,
     };
+    // oxtree.jax.filter_jit's warm call.
+    #[pymodule_export]
+    use crate::filter_jit::FilterJitCore;
     // Modules are graph nodes to JAX; their native walk is declared with the graph's names.
     #[pymodule_export]
     use crate::treespec::module_node::_set_module_hooks;
