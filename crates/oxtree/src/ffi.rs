@@ -985,8 +985,14 @@ pub mod nodes {
     /// `Nodes` proves the registration alive for as long as the borrow.
     pub struct CustomRef(Option<NonNull<Registration>>);
 
-    // SAFETY: a `CustomRef` is a shared reference to a `Registration`, which is `Send + Sync`,
-    // kept alive by an `Arc` (the contract above).
+    // `CustomRef` is `Send` and `Sync` because a `Registration` is both.
+    const _: () = {
+        const fn send_sync<T: Send + Sync>() {}
+        send_sync::<Registration>();
+    };
+
+    // SAFETY: a `CustomRef` is a shared reference to a `Registration`, which is `Send + Sync`
+    // (checked above), kept alive by an `Arc` (the contract above).
     unsafe impl Send for CustomRef {}
     // SAFETY: as for `Send`.
     unsafe impl Sync for CustomRef {}
@@ -1011,7 +1017,7 @@ pub mod nodes {
     /// Nodes in post-order and one `Arc` of each registration their custom nodes point to.
     /// Reads go through `Deref` to `[Node]`; writes through the methods below, which keep the
     /// two together: a custom node enters only with its registration (`push_custom`,
-    /// `set_custom_last`) or with the `Nodes` it is copied or moved from (`push_copy`,
+    /// `push_custom_built`) or with the `Nodes` it is copied or moved from (`push_copy`,
     /// `move_last_from`, `append`). Plain nodes made elsewhere (`push`, `From<Vec<Node>>`)
     /// point to no registration.
     #[derive(Default)]
@@ -1124,20 +1130,23 @@ pub mod nodes {
 
         /// Appends `node` as a registered node of `reg`.
         pub fn push_custom(&mut self, node: Node, reg: &Arc<Registration>) {
-            self.push(node);
-            self.set_custom_last(reg);
+            self.push_custom_built(|| node, reg, |_| {});
         }
 
-        /// Makes the last node a registered node of `reg` (nothing when there is none).
+        /// Appends `make()`, built in place and filled by `fill` (see `push_built`), as a
+        /// registered node of `reg`.
         #[inline(always)]
-        pub fn set_custom_last(&mut self, reg: &Arc<Registration>) {
-            if self.vec.is_empty() {
-                return;
-            }
+        pub fn push_custom_built(
+            &mut self,
+            make: impl FnOnce() -> Node,
+            reg: &Arc<Registration>,
+            fill: impl FnOnce(&mut Node),
+        ) {
             self.keep(reg);
-            if let Some(last) = self.vec.last_mut() {
-                last.custom = CustomRef(Some(NonNull::from(&**reg)));
-            }
+            let node = self.push_built(make);
+            // The node points to no registration yet: `fill` cannot carry one off.
+            fill(node);
+            node.custom = CustomRef(Some(NonNull::from(&**reg)));
         }
 
         /// Appends a copy of `src[i]`, its registration included.

@@ -854,11 +854,8 @@ impl<
         fill: impl FnOnce(&mut Node),
     ) -> PyResult<()> {
         let payload = self.payloads.len() as u32;
-        fill(
-            self.payloads
-                .push_built(|| Node::bare(Kind::Custom, arity, 0, 0)),
-        );
-        self.payloads.set_custom_last(reg);
+        self.payloads
+            .push_custom_built(|| Node::bare(Kind::Custom, arity, 0, 0), reg, fill);
         self.push_frame(Some(obj), items, Kind::Custom, arity, payload, stack)
     }
 
