@@ -773,6 +773,89 @@ def test_treedefs_outlive_the_registration(reg: Registrations, namespace: str) -
     assert oxtree.tree_structure(tree, namespace=namespace) != spec
 
 
+class _Rebuild:
+    """An unflatten function whose only holder is its registration: a weak reference to it
+    says whether the registration is alive."""
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+
+    def __call__(self, meta: Any, children: Any) -> Any:
+        return self.cls(*children, meta=meta)
+
+
+def _derived_specs(spec: Any, leaf_spec: Any) -> dict[str, Any]:
+    """Treespecs whose nodes are copied from `spec`'s (a registered node at the root of its
+    first child) by each operation that copies nodes across treespecs."""
+    inner = oxtree.tree_structure((0, 0))
+    box_spec = spec.child(0)
+    return {
+        "child": box_spec,
+        "children": spec.children()[0],
+        "compose": spec.compose(inner),
+        "compose-inner": inner.compose(spec),
+        "graft": leaf_spec._graft([box_spec]),
+        "broadcast": spec.broadcast_to_common_suffix(oxtree.tree_structure([0, 0])),
+        "broadcast-other": oxtree.tree_structure([0, 0]).broadcast_to_common_suffix(spec),
+        "transform": spec.transform(),
+        "one_level": box_spec.one_level(),
+        "pickle": pickle.loads(pickle.dumps(spec)),
+    }
+
+
+def test_treespecs_made_from_others_keep_the_registration(reg: Registrations) -> None:
+    # Each operation that copies registered nodes into a new treespec brings their
+    # registration along: once the type is unregistered and the source treespec is gone, the
+    # copies alone keep it alive (and let go of it when they go).
+    Box = make_box("GoneBox")
+    rebuild = _Rebuild(GoneBox)
+    oxtree.register_pytree_node(GoneBox, Box.flatten, rebuild, namespace="keep-ns")
+    reg.track(GoneBox, "keep-ns")
+    alive = weakref.ref(rebuild)
+    del rebuild
+    spec = oxtree.tree_structure([GoneBox(1, 2, meta="k"), 3], namespace="keep-ns")
+    derived = _derived_specs(spec, oxtree.tree_structure(0))
+    texts = {name: repr(d) for name, d in derived.items()}
+    oxtree.unregister_pytree_node(GoneBox, namespace="keep-ns")
+    del spec
+    gc.collect()
+    assert alive() is not None
+    for name, d in derived.items():
+        assert repr(d) == texts[name], name
+        leaves = list(range(d.num_leaves))
+        assert d.unflatten(leaves) == d.unflatten(leaves), name
+        assert oxtree.tree_structure(d.unflatten(leaves)) != d, name  # GoneBox is a leaf now
+    del d
+    assert derived["child"].unflatten([5, 6]) == GoneBox(5, 6, meta="k")
+    assert derived["compose"].unflatten(range(6)) == [GoneBox((0, 1), (2, 3), meta="k"), (4, 5)]
+    assert derived["graft"].unflatten([7, 8]) == GoneBox(7, 8, meta="k")
+    assert derived["one_level"].unflatten("ab") == GoneBox("a", "b", meta="k")
+    for name in list(derived):
+        del derived[name]
+        gc.collect()
+        assert (alive() is None) == (not derived), name
+
+
+def test_jax_treedefs_made_from_node_data_keep_the_registration(reg: Registrations) -> None:
+    Box = make_box("GoneBox")
+    rebuild = _Rebuild(GoneBox)
+    oxtree.register_pytree_node(GoneBox, Box.flatten, rebuild)
+    reg.track(GoneBox)
+    alive = weakref.ref(rebuild)
+    del rebuild
+    leaf = oxtree.tree_util.tree_structure(0)
+    made = oxtree.tree_util.PyTreeDef.from_node_data_and_children(
+        oxtree.tree_util.default_registry, (GoneBox, "k"), [leaf, leaf]
+    )
+    oxtree.unregister_pytree_node(GoneBox)
+    gc.collect()
+    assert alive() is not None
+    assert made.unflatten([1, 2]) == GoneBox(1, 2, meta="k")
+    del made
+    gc.collect()
+    assert alive() is None
+
+
 # --------------------------------------------------------------------------------------------------
 # Namespaces.
 

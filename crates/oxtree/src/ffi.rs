@@ -14,7 +14,6 @@
 //! ...): an extension is built for one interpreter, so nothing is decided at run time.
 
 use std::ffi::c_ulong;
-use std::sync::Arc;
 
 use pyo3::ffi as sys;
 use pyo3::prelude::*;
@@ -980,56 +979,287 @@ pub fn retype<A, B>(mut v: Vec<A>) -> Vec<B> {
     unsafe { Vec::from_raw_parts(v.as_mut_ptr().cast::<B>(), 0, v.capacity()) }
 }
 
-/// A `T` some `Arc<T>` keeps alive, as a plain pointer: cloning and dropping an `Arc` per
-/// treespec node were two atomic operations each (an eighth of a dataclass-heavy flatten).
-///
-/// The one lifetime contract of the core: a `Pinned<T>` can be made only from an `Arc<T>`,
-/// and whoever holds one (a treespec node) lives inside an owner that holds an `Arc` of the
-/// same `T` for as long (a treespec's registrations, a walk's registrations; see
-/// `treespec::nodes`). `arc` turns a pointer back into such an `Arc` only for an owner
-/// that collects them from nodes of a live owner.
-pub struct Pinned<T>(std::ptr::NonNull<T>);
+/// A treespec's nodes together with the registrations its registered nodes point into.
+pub mod nodes {
+    use std::ptr::NonNull;
+    use std::sync::Arc;
 
-impl<T> Clone for Pinned<T> {
-    fn clone(&self) -> Self {
-        *self
+    use pyo3::Python;
+
+    use crate::registry::Registration;
+    use crate::treespec::Node;
+
+    /// A registered node's registration, as a plain pointer: cloning and dropping an `Arc` per
+    /// node were two atomic operations each (perf: an eighth of a dataclass-heavy flatten).
+    ///
+    /// The lifetime contract, kept by this module alone: a non-empty `CustomRef` is made only
+    /// here, only in a node of a `Nodes` whose `regs` hold an `Arc` of its registration, and
+    /// never leaves that `Nodes` (no `&mut` to such a node, no node moved out of one; a copy
+    /// of a node made elsewhere, `Node::clone_ref`, is empty). So a `&Node` borrowed from a
+    /// `Nodes` proves the registration alive for as long as the borrow.
+    pub struct CustomRef(Option<NonNull<Registration>>);
+
+    // `CustomRef` is `Send` and `Sync` because a `Registration` is both.
+    const _: () = {
+        const fn send_sync<T: Send + Sync>() {}
+        send_sync::<Registration>();
+    };
+
+    // SAFETY: a `CustomRef` is a shared reference to a `Registration`, which is `Send + Sync`
+    // (checked above), kept alive by an `Arc` (the contract above).
+    unsafe impl Send for CustomRef {}
+    // SAFETY: as for `Send`.
+    unsafe impl Sync for CustomRef {}
+
+    impl CustomRef {
+        pub const NONE: CustomRef = CustomRef(None);
+
+        #[inline(always)]
+        pub fn is_none(&self) -> bool {
+            self.0.is_none()
+        }
+
+        /// The registration, for as long as the node holding this is borrowed.
+        #[inline]
+        pub fn get(&self) -> Option<&Registration> {
+            // SAFETY: a non-empty `CustomRef` lies in a node of a `Nodes` that holds an `Arc`
+            // of the pointee and outlives the borrow of `self` (the type's contract).
+            self.0.map(|p| unsafe { p.as_ref() })
+        }
     }
-}
-impl<T> Copy for Pinned<T> {}
 
-// SAFETY: a `Pinned<T>` is a shared reference to a `T` that is `Send + Sync` (bounded
-// below), kept alive by an `Arc`.
-unsafe impl<T: Send + Sync> Send for Pinned<T> {}
-// SAFETY: as for `Send`.
-unsafe impl<T: Send + Sync> Sync for Pinned<T> {}
-
-impl<T> Pinned<T> {
-    #[inline]
-    pub fn new(arc: &Arc<T>) -> Pinned<T> {
-        Pinned(std::ptr::NonNull::from(&**arc))
+    /// Nodes in post-order and one `Arc` of each registration their custom nodes point to.
+    /// Reads go through `Deref` to `[Node]`; writes through the methods below, which keep the
+    /// two together: a custom node enters only with its registration (`push_custom`,
+    /// `push_custom_built`) or with the `Nodes` it is copied or moved from (`push_copy`,
+    /// `move_last_from`, `append`). Plain nodes made elsewhere (`push`, `From<Vec<Node>>`)
+    /// point to no registration.
+    #[derive(Default)]
+    pub struct Nodes {
+        vec: Vec<Node>,
+        /// Held, read only to avoid taking a second `Arc` of one registration: usually one
+        /// or two entries, so lookups are scans, the last entry first.
+        regs: Vec<Arc<Registration>>,
     }
 
-    #[inline]
-    pub fn get(&self) -> &T {
-        // SAFETY: the pointee is kept alive by an `Arc` for as long as the holder of this
-        // pointer lives (the type's contract).
-        unsafe { self.0.as_ref() }
+    /// A node just written into a `Nodes`, open for its counts only.
+    pub struct NodeMut<'a>(&'a mut Node);
+
+    impl NodeMut<'_> {
+        #[inline]
+        pub fn set_counts(&mut self, num_leaves: usize, num_nodes: usize) {
+            self.0.num_leaves = num_leaves;
+            self.0.num_nodes = num_nodes;
+        }
     }
 
-    #[inline]
-    pub fn addr(&self) -> usize {
-        self.0.as_ptr() as usize
+    impl std::ops::Deref for NodeMut<'_> {
+        type Target = Node;
+        fn deref(&self) -> &Node {
+            self.0
+        }
     }
 
-    /// One more `Arc` of the pointee.
-    #[inline]
-    pub fn arc(&self) -> Arc<T> {
-        let p = self.0.as_ptr().cast_const();
-        // SAFETY: `p` points into a live `Arc<T>` allocation (the type's contract); counting
-        // one more reference and taking it as an `Arc` is the clone of that `Arc`.
-        unsafe {
-            Arc::increment_strong_count(p);
-            Arc::from_raw(p)
+    impl std::ops::Deref for Nodes {
+        type Target = [Node];
+        #[inline(always)]
+        fn deref(&self) -> &[Node] {
+            &self.vec
+        }
+    }
+
+    impl<'a> IntoIterator for &'a Nodes {
+        type Item = &'a Node;
+        type IntoIter = std::slice::Iter<'a, Node>;
+        fn into_iter(self) -> Self::IntoIter {
+            self.vec.iter()
+        }
+    }
+
+    /// Nodes made outside this module point to no registration.
+    impl From<Vec<Node>> for Nodes {
+        fn from(vec: Vec<Node>) -> Nodes {
+            debug_assert!(vec.iter().all(|n| n.custom.is_none()));
+            Nodes {
+                vec,
+                regs: Vec::new(),
+            }
+        }
+    }
+
+    impl Drop for Nodes {
+        /// Drops only the nodes that hold something: the drop glue called a function per node,
+        /// leaves included (an eighth of a 500-deep chain's flatten, treespec freed each
+        /// call). The registrations go after the nodes.
+        fn drop(&mut self) {
+            super::drop_sparse(std::mem::take(&mut self.vec), |n| !n.holds_nothing());
+        }
+    }
+
+    impl Nodes {
+        pub fn new() -> Nodes {
+            Nodes::default()
+        }
+
+        pub fn with_capacity(n: usize) -> Nodes {
+            Vec::with_capacity(n).into()
+        }
+
+        #[inline]
+        pub fn reserve(&mut self, more: usize) {
+            self.vec.reserve(more);
+        }
+
+        pub fn try_reserve(
+            &mut self,
+            more: usize,
+        ) -> Result<(), std::collections::TryReserveError> {
+            self.vec.try_reserve(more)
+        }
+
+        pub fn capacity(&self) -> usize {
+            self.vec.capacity()
+        }
+
+        pub fn shrink_to_fit(&mut self) {
+            self.vec.shrink_to_fit();
+        }
+
+        /// Appends `node`, made outside this module, so pointing to no registration.
+        #[inline(always)]
+        pub fn push(&mut self, node: Node) {
+            debug_assert!(node.custom.is_none());
+            self.vec.push(node);
+        }
+
+        /// Appends `make()`, built in place (see `push_built`), and returns it to be filled:
+        /// a node made outside this module points to no registration, so its `&mut` cannot
+        /// carry one off.
+        #[inline(always)]
+        pub fn push_built(&mut self, make: impl FnOnce() -> Node) -> &mut Node {
+            let node = super::push_built(&mut self.vec, make);
+            debug_assert!(node.custom.is_none());
+            node
+        }
+
+        /// Appends `node` as a registered node of `reg`.
+        pub fn push_custom(&mut self, node: Node, reg: &Arc<Registration>) {
+            self.push_custom_built(|| node, reg, |_| {});
+        }
+
+        /// Appends `make()`, built in place and filled by `fill` (see `push_built`), as a
+        /// registered node of `reg`.
+        #[inline(always)]
+        pub fn push_custom_built(
+            &mut self,
+            make: impl FnOnce() -> Node,
+            reg: &Arc<Registration>,
+            fill: impl FnOnce(&mut Node),
+        ) {
+            self.keep(reg);
+            let node = self.push_built(make);
+            // The node points to no registration yet: `fill` cannot carry one off.
+            fill(node);
+            node.custom = CustomRef(Some(NonNull::from(&**reg)));
+        }
+
+        /// Appends a copy of `src[i]`, its registration included.
+        pub fn push_copy(&mut self, py: Python<'_>, src: &Nodes, i: usize) -> NodeMut<'_> {
+            let from = &src.vec[i];
+            let mut copy = from.clone_ref(py);
+            if let Some(p) = from.custom.0 {
+                self.keep_ptr(p);
+                copy.custom = CustomRef(Some(p));
+            }
+            NodeMut(super::push_built(&mut self.vec, || copy))
+        }
+
+        /// Appends copies of `src[range]`, their registrations included.
+        pub fn extend_copy(&mut self, py: Python<'_>, src: &Nodes, range: std::ops::Range<usize>) {
+            self.vec.reserve(range.len());
+            for i in range {
+                self.push_copy(py, src, i);
+            }
+        }
+
+        /// Moves all of `other`'s nodes to the end of these, with their registrations.
+        pub fn append(&mut self, mut other: Nodes) {
+            self.vec.append(&mut other.vec);
+            for reg in std::mem::take(&mut other.regs) {
+                if !self.regs.iter().any(|r| Arc::ptr_eq(r, &reg)) {
+                    self.regs.push(reg);
+                }
+            }
+        }
+
+        /// Moves the last node of `from` to the end of these, memory to memory (see
+        /// `move_last`), with its registration, and sets its counts; false when `from` is
+        /// empty.
+        #[inline(always)]
+        pub fn move_last_from(
+            &mut self,
+            from: &mut Nodes,
+            num_leaves: usize,
+            num_nodes: usize,
+        ) -> bool {
+            let Some(node) = super::move_last(&mut from.vec, &mut self.vec) else {
+                return false;
+            };
+            node.num_leaves = num_leaves;
+            node.num_nodes = num_nodes;
+            if let Some(p) = node.custom.0 {
+                // `from` still holds the registration: the node just left it.
+                self.keep_ptr(p);
+            }
+            true
+        }
+
+        /// Drops the last node, if any.
+        #[inline]
+        pub fn discard_last(&mut self) {
+            self.vec.pop();
+        }
+
+        /// Holds an `Arc` of `reg`, unless these hold one already.
+        #[inline(always)]
+        fn keep(&mut self, reg: &Arc<Registration>) {
+            if !self.regs.last().is_some_and(|r| Arc::ptr_eq(r, reg)) {
+                self.keep_other(reg);
+            }
+        }
+
+        #[cold]
+        #[inline(never)]
+        fn keep_other(&mut self, reg: &Arc<Registration>) {
+            if !self.regs.iter().any(|r| Arc::ptr_eq(r, reg)) {
+                self.regs.push(reg.clone());
+            }
+        }
+
+        /// `keep` for the registration behind a `CustomRef` of a live `Nodes` (the caller's
+        /// source of a copied or moved node).
+        #[inline(always)]
+        fn keep_ptr(&mut self, p: NonNull<Registration>) {
+            if self.regs.last().map(Arc::as_ptr) != Some(p.as_ptr().cast_const()) {
+                self.keep_ptr_other(p);
+            }
+        }
+
+        #[cold]
+        #[inline(never)]
+        fn keep_ptr_other(&mut self, p: NonNull<Registration>) {
+            let p = p.as_ptr().cast_const();
+            if self.regs.iter().any(|r| Arc::as_ptr(r) == p) {
+                return;
+            }
+            // SAFETY: `p` came from a `CustomRef` of a `Nodes` the caller borrows, which holds
+            // an `Arc` of it (the contract of `CustomRef`): the allocation is live, and
+            // counting one more reference and taking it as an `Arc` is the clone of that `Arc`.
+            let arc = unsafe {
+                Arc::increment_strong_count(p);
+                Arc::from_raw(p)
+            };
+            self.regs.push(arc);
         }
     }
 }

@@ -37,17 +37,15 @@ fn namespace_of(flat_namespaced: bool, namespace: &str) -> String {
     }
 }
 
-/// The treespec a walk produced (its nodes and the registrations they point to), with the
+/// The treespec a walk produced (its nodes, with the registrations they point to), with the
 /// options it was made under.
 pub fn spec_of(
-    flat_nodes: Vec<crate::treespec::Node>,
-    registrations: Vec<std::sync::Arc<registry::Registration>>,
+    flat_nodes: crate::treespec::Nodes,
     namespaced: bool,
     opts: &Options<'_, '_>,
 ) -> PyTreeSpec {
-    PyTreeSpec::from_walk(
+    PyTreeSpec::new(
         flat_nodes,
-        registrations,
         opts.none_is_leaf,
         namespace_of(namespaced, opts.namespace),
     )
@@ -75,18 +73,13 @@ pub fn flatten_impl<'py>(
 }
 
 /// The treespec of a walk as a Python object (see `spec_into_py`), taking the walk's nodes
-/// and registrations and leaving its leaves.
+/// (with their registrations) and leaving its leaves.
 pub fn flat_spec<'py>(
     py: Python<'py>,
     flat: &mut Flat<'py>,
     opts: &Options<'_, 'py>,
 ) -> PyResult<Bound<'py, PyTreeSpec>> {
-    let spec = spec_of(
-        std::mem::take(&mut flat.nodes),
-        std::mem::take(&mut flat.registrations),
-        flat.namespaced,
-        opts,
-    );
+    let spec = spec_of(std::mem::take(&mut flat.nodes), flat.namespaced, opts);
     spec_into_py(py, spec, flat.acyclic)
 }
 
@@ -184,7 +177,7 @@ pub fn map_impl<'py>(
     }
     check_is_leaf(opts.is_leaf)?;
     let flat = registry::with_registry(|reg| flatten::flatten_opts::<true, true>(tree, opts, reg))?;
-    let spec = spec_of(flat.nodes, flat.registrations, flat.namespaced, opts);
+    let spec = spec_of(flat.nodes, flat.namespaced, opts);
     let mut results = Vec::with_capacity(if keep_results { flat.leaves.len() } else { 0 });
     if rests.is_empty() {
         for leaf in &flat.leaves {
@@ -253,7 +246,7 @@ pub fn one_level_impl<'py>(
     opts: &Options<'_, 'py>,
 ) -> PyResult<(Bound<'py, PyList>, PyTreeSpec)> {
     let flat = registry::with_registry(|reg| flatten::flatten_one_level(tree, opts, reg))?;
-    let spec = spec_of(flat.nodes, flat.registrations, flat.namespaced, opts);
+    let spec = spec_of(flat.nodes, flat.namespaced, opts);
     Ok((list_from_vec(tree.py(), flat.leaves), spec))
 }
 
@@ -312,7 +305,7 @@ pub fn paths_impl<'py>(
     };
     let flat =
         registry::with_registry(|reg| flatten::flatten_opts::<true, true>(tree, &opts, reg))?;
-    let spec = spec_of(flat.nodes, flat.registrations, flat.namespaced, &opts);
+    let spec = spec_of(flat.nodes, flat.namespaced, &opts);
     let paths = keys::leaf_paths(&spec, tree.py(), style)?;
     Ok((paths, flat.leaves, spec))
 }

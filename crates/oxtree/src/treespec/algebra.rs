@@ -197,7 +197,7 @@ fn broadcast<'py>(
     let py = prefix_tree.py();
     let jax = opts.face == Face::Jax;
     let flat = flatten::flatten_opts::<true, true>(prefix_tree, opts, reg)?;
-    let prefix = spec_of(flat.nodes, flat.registrations, flat.namespaced, opts);
+    let prefix = spec_of(flat.nodes, flat.namespaced, opts);
     let subtrees = match super::traverse::flatten_up_to(&prefix, full_tree, reg, None) {
         Ok(subtrees) => subtrees,
         Err(err) if jax && err.is_instance_of::<PyValueError>(py) => {
@@ -214,7 +214,7 @@ fn broadcast<'py>(
         .iter()
         .map(|sub| {
             let f = flatten::flatten_opts::<true, false>(sub, &full_opts, reg)?;
-            Ok(spec_of(f.nodes, f.registrations, f.namespaced, &full_opts))
+            Ok(spec_of(f.nodes, f.namespaced, &full_opts))
         })
         .collect::<PyResult<Vec<PyTreeSpec>>>()?;
     if leaves_only || jax {
@@ -226,7 +226,7 @@ fn broadcast<'py>(
             return Ok(list_from_vec(py, out).into_any());
         }
         let full = flatten::flatten_opts::<true, false>(full_tree, &full_opts, reg)?;
-        let full = spec_of(full.nodes, full.registrations, full.namespaced, &full_opts);
+        let full = spec_of(full.nodes, full.namespaced, &full_opts);
         return super::build(py, &full, out);
     }
     let spread = flat
@@ -283,12 +283,7 @@ pub fn _broadcast_common<'py>(
     let mut specs = Vec::with_capacity(flats.len());
     let mut values = Vec::with_capacity(flats.len());
     for flat in flats {
-        specs.push(spec_of(
-            flat.nodes,
-            flat.registrations,
-            flat.namespaced,
-            &opts,
-        ));
+        specs.push(spec_of(flat.nodes, flat.namespaced, &opts));
         values.push(flat.leaves);
     }
     let Some(first) = specs.first() else {

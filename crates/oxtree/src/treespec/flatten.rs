@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use smallvec::SmallVec;
 
-use super::{Face, Node};
+use super::{Face, Node, Nodes};
 use crate::errors::{Invariant, TreeError};
 use crate::kind::Kind;
 use crate::path_text;
@@ -90,7 +90,7 @@ impl<'py> Pred<'py> for NotRoot {
 /// What a walk produced.
 pub struct Flat<'py> {
     pub leaves: Vec<Bound<'py, PyAny>>,
-    pub nodes: Vec<Node>,
+    pub nodes: Nodes,
     /// True when the walk's namespace shaped it (optree's rule): a custom node was found (a
     /// namespace may register its type differently), or the namespace itself is in
     /// `dict_insertion_ordered` mode.
@@ -98,8 +98,6 @@ pub struct Flat<'py> {
     /// True when the nodes hold no object that could be part of a reference cycle (only
     /// untracked key lists and ints): the treespec need not be tracked by the collector.
     pub acyclic: bool,
-    /// One reference to each registration the custom nodes point to (see `RegRef`).
-    pub registrations: Vec<Arc<Registration>>,
 }
 
 /// The children of the container a frame walks.
@@ -333,7 +331,7 @@ pub struct Flattener<
     registry: &'a Registry,
     namespace: &'a str,
     leaves: Vec<Bound<'py, PyAny>>,
-    nodes: Vec<Node>,
+    nodes: Nodes,
     leaf_count: usize,
     namespaced: bool,
     acyclic: bool,
@@ -352,13 +350,10 @@ pub struct Flattener<
     /// come in runs (a list of dataclasses), so most skip the registry's hash lookup. The
     /// registration holds its type, so the address cannot be reused mid-walk.
     last_custom: Option<(*mut ffi::PyTypeObject, &'a Arc<Registration>)>,
-    /// One reference to each registration the walk's nodes point to, taken when a class is
-    /// first met (the nodes themselves hold plain pointers: see `RegRef`).
-    registrations: Vec<Arc<Registration>>,
     /// Graph walks only: the containers seen so far.
     memo: Memo<'py>,
     /// The nodes of open frames whose kinds carry data, innermost last.
-    payloads: Vec<Node>,
+    payloads: Nodes,
     /// Children of open `Items::Pending` frames not yet visited, each frame's last child
     /// deepest: a depth-first walk pops them in order.
     pending: Vec<Bound<'py, PyAny>>,
@@ -381,7 +376,7 @@ impl<
             registry,
             namespace,
             leaves: Vec::new(),
-            nodes: Vec::new(),
+            nodes: Nodes::new(),
             leaf_count: 0,
             namespaced: registry.dict_insertion_ordered_in(namespace),
             acyclic: true,
@@ -391,9 +386,8 @@ impl<
             insertion_ordered: registry.dict_insertion_ordered(namespace),
             leaf_types: [None, None],
             last_custom: None,
-            registrations: Vec::new(),
             memo: Memo::default(),
-            payloads: Vec::new(),
+            payloads: Nodes::new(),
             pending: Vec::new(),
         }
     }
@@ -451,7 +445,6 @@ impl<
             nodes: self.nodes,
             namespaced: self.namespaced,
             acyclic: self.acyclic,
-            registrations: self.registrations,
         }
     }
 
@@ -615,12 +608,9 @@ impl<
             self.leaf(obj);
             return Ok(());
         }
-        let (class, known) = match self.last_custom {
-            Some((t, reg)) if t == obj.get_type_ptr() => (Class::Custom(reg), true),
-            _ => (
-                classify_other(&obj, self.registry, self.namespace, self.face),
-                false,
-            ),
+        let class = match self.last_custom {
+            Some((t, reg)) if t == obj.get_type_ptr() => Class::Custom(reg),
+            _ => classify_other(&obj, self.registry, self.namespace, self.face),
         };
         if !matches!(class, Class::Leaf) && self.seen_before(&obj) {
             return Ok(());
@@ -635,9 +625,6 @@ impl<
             }
             Class::NoneNode => Err(crate::internal!("None missed the fast path")),
             Class::Custom(reg) => {
-                if NODES && !known {
-                    self.keep_registration(reg);
-                }
                 self.last_custom = Some((obj.get_type_ptr(), reg));
                 self.namespaced = true;
                 self.acyclic = false;
@@ -772,14 +759,6 @@ impl<
         )
     }
 
-    /// Takes a reference to `reg` for the treespec, unless the walk has one already.
-    #[cold]
-    fn keep_registration(&mut self, reg: &Arc<Registration>) {
-        if !self.registrations.iter().any(|r| Arc::ptr_eq(r, reg)) {
-            self.registrations.push(reg.clone());
-        }
-    }
-
     fn open_custom(
         &mut self,
         obj: Bound<'py, PyAny>,
@@ -796,16 +775,13 @@ impl<
             // Meta values go into the treedef, compared by `==` (hashable or not, as optree
             // and JAX accept them).
             let aux = super::custom::dataclass_aux(py, meta, &obj)?;
-            return self.push_node(
+            return self.push_custom_node(
                 obj,
                 || Items::Pending,
-                Kind::Custom,
                 n,
                 stack,
-                |node| {
-                    node.data = Some(aux.unbind());
-                    node.set_custom(reg);
-                },
+                reg,
+                |node| node.data = Some(aux.unbind()),
             );
         }
         let (children, aux, mut entries) =
@@ -836,15 +812,14 @@ impl<
                 Items::Pending
             }
         };
-        self.push_node(
+        self.push_custom_node(
             obj,
             || items,
-            Kind::Custom,
             n,
             stack,
+            reg,
             |node| {
                 node.data = Some(aux.unbind());
-                node.set_custom(reg);
                 node.set_entries(entries.map(Bound::unbind));
             },
         )
@@ -863,10 +838,25 @@ impl<
         fill: impl FnOnce(&mut Node),
     ) -> PyResult<()> {
         let payload = self.payloads.len() as u32;
-        fill(push_built(&mut self.payloads, || {
-            Node::bare(kind, arity, 0, 0)
-        }));
+        fill(self.payloads.push_built(|| Node::bare(kind, arity, 0, 0)));
         self.push_frame(Some(obj), items, kind, arity, payload, stack)
+    }
+
+    /// `push_node` for a registered node of `reg`.
+    #[inline(always)]
+    fn push_custom_node(
+        &mut self,
+        obj: Bound<'py, PyAny>,
+        items: impl FnOnce() -> Items<'py>,
+        arity: usize,
+        stack: &mut Vec<Frame<'py>>,
+        reg: &Arc<Registration>,
+        fill: impl FnOnce(&mut Node),
+    ) -> PyResult<()> {
+        let payload = self.payloads.len() as u32;
+        self.payloads
+            .push_custom_built(|| Node::bare(Kind::Custom, arity, 0, 0), reg, fill);
+        self.push_frame(Some(obj), items, Kind::Custom, arity, payload, stack)
     }
 
     /// Opens a tuple or list (`kind` says which, checked by the caller).
@@ -946,7 +936,7 @@ impl<
         let has_payload = frame.payload != NO_PAYLOAD;
         if !NODES {
             if has_payload {
-                self.payloads.pop();
+                self.payloads.discard_last();
             }
             return true;
         }
@@ -957,15 +947,15 @@ impl<
         // stall on store forwarding (perf: a 500-deep chain, a gpt2-like dict).
         if has_payload {
             // A frame with a payload pushed it (`push_node`).
-            let Some(node) = move_last(&mut self.payloads, &mut self.nodes) else {
+            if !self
+                .nodes
+                .move_last_from(&mut self.payloads, num_leaves, num_nodes)
+            {
                 return false;
-            };
-            node.num_leaves = num_leaves;
-            node.num_nodes = num_nodes;
+            }
         } else {
-            push_built(&mut self.nodes, || {
-                Node::bare(frame.kind, frame.arity, num_leaves, num_nodes)
-            });
+            self.nodes
+                .push_built(|| Node::bare(frame.kind, frame.arity, num_leaves, num_nodes));
         }
         true
     }
@@ -1025,7 +1015,7 @@ impl<
     }
 }
 
-use crate::ffi::{move_last, push_built};
+use crate::ffi::push_built;
 
 thread_local! {
     /// The sizes (leaves, nodes) of the last walk on this thread.
@@ -1628,10 +1618,9 @@ impl Flat<'_> {
         nodes.push(Node::bare(kind, n, n, n + 1));
         Flat {
             leaves: Vec::new(),
-            nodes,
+            nodes: nodes.into(),
             namespaced: false,
             acyclic: true,
-            registrations: Vec::new(),
         }
     }
 }

@@ -19,7 +19,7 @@ mod repr;
 mod traverse;
 mod unflatten;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
@@ -27,6 +27,8 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 use pyo3::PyTraverseError;
 
 use crate::errors::{Invariant, TreeError};
+use crate::ffi::nodes::CustomRef;
+pub use crate::ffi::nodes::Nodes;
 use crate::kind::Kind;
 use crate::path_text::{self, PathEntry};
 use crate::plugins::Plugin;
@@ -86,17 +88,11 @@ pub struct Node {
     /// dicts then need no allocation of their own.
     keys: Option<Py<PyList>>,
     /// Custom nodes: how to put the node back together (inline: registered nodes are as
-    /// common as dicts in some trees, dataclass-heavy ones above all).
-    custom: Option<RegRef>,
+    /// common as dicts in some trees, dataclass-heavy ones above all). Set and read only
+    /// through the `Nodes` that holds the node and the registration (see `CustomRef`).
+    pub(crate) custom: CustomRef,
     extra: Option<Box<NodeExtra>>,
 }
-
-/// A registered node's registration, as a plain pointer: cloning and dropping an `Arc` per
-/// node were two atomic operations each (perf: an eighth of a dataclass-heavy flatten). The
-/// treespec that holds the node holds one `Arc` of each registration its nodes point to
-/// (`PyTreeSpec::_registrations`, taken by `PyTreeSpec::new` or handed over by a walk); until then whoever made the
-/// node keeps the registration alive (a walk, in `Flat::registrations`).
-pub type RegRef = crate::ffi::Pinned<Registration>;
 
 /// The payloads of mapping and custom nodes.
 #[derive(Default)]
@@ -149,7 +145,7 @@ impl Node {
 
     /// Whether dropping this node has nothing to release (leaves, tuples, lists, None).
     #[inline(always)]
-    fn holds_nothing(&self) -> bool {
+    pub(crate) fn holds_nothing(&self) -> bool {
         self.data.is_none() && self.keys.is_none() && self.custom.is_none() && self.extra.is_none()
     }
 
@@ -162,7 +158,7 @@ impl Node {
             num_nodes,
             data: None,
             keys: None,
-            custom: None,
+            custom: CustomRef::NONE,
             extra: None,
         }
     }
@@ -182,8 +178,10 @@ impl Node {
             .and_then(|e| e.insertion.as_deref())
             .map(Insertion::Slice)
     }
+    /// A registered node's registration (kept alive by the `Nodes` this node lies in).
+    #[inline]
     pub fn custom(&self) -> Option<&Registration> {
-        self.custom.as_ref().map(RegRef::get)
+        self.custom.get()
     }
     pub fn entries(&self) -> &Option<Py<PyTuple>> {
         self.extra.as_ref().map_or(NO_ENTRIES, |e| &e.entries)
@@ -217,17 +215,13 @@ impl Node {
             }
         }
     }
-    /// Points the node at `reg`, which the caller keeps alive until the node is in a
-    /// treespec (see `RegRef`).
-    pub fn set_custom(&mut self, reg: &Arc<Registration>) {
-        self.custom = Some(RegRef::new(reg));
-    }
     pub fn set_entries(&mut self, entries: Option<Py<PyTuple>>) {
         if self.wants_extra(&entries) {
             self.extra_mut().entries = entries;
         }
     }
 
+    /// A copy of this node but for its registration (`Nodes::push_copy` copies that too).
     pub fn clone_ref(&self, py: Python<'_>) -> Node {
         Node {
             kind: self.kind,
@@ -237,7 +231,7 @@ impl Node {
             num_nodes: self.num_nodes,
             data: self.data.as_ref().map(|d| d.clone_ref(py)),
             keys: self.keys.as_ref().map(|k| k.clone_ref(py)),
-            custom: self.custom,
+            custom: CustomRef::NONE,
             extra: self.extra.as_ref().map(|e| {
                 Box::new(NodeExtra {
                     insertion: e.insertion.clone(),
@@ -372,49 +366,24 @@ pub fn custom_entry_text(entry: &Bound<'_, PyAny>) -> String {
 /// PyTreeDef({'a': None, 'b': [*, *]})
 #[pyclass(frozen, module = "oxtree", name = "PyTreeSpec")]
 pub struct PyTreeSpec {
-    pub(crate) nodes: Vec<Node>,
+    pub(crate) nodes: Nodes,
     pub(crate) none_is_leaf: bool,
     pub(crate) namespace: String,
     pub(crate) face: Face,
     pub(crate) hash: OnceLock<isize>,
-    /// One reference to each registration the custom nodes point to (see `RegRef`): held,
-    /// never read.
-    _registrations: Vec<Arc<Registration>>,
-}
-
-impl Drop for PyTreeSpec {
-    /// Drops only the nodes that hold something: the drop glue called a function per node,
-    /// leaves included (an eighth of a 500-deep chain's flatten, treespec freed each call).
-    fn drop(&mut self) {
-        crate::ffi::drop_sparse(std::mem::take(&mut self.nodes), |n| !n.holds_nothing());
-    }
-}
-
-/// One `Arc` of each registration the custom nodes of `nodes` point to, all of which must be
-/// alive (held by some `Arc`) during the call.
-fn registrations_of(nodes: &[Node]) -> Vec<Arc<Registration>> {
-    let mut found: Vec<RegRef> = Vec::new();
-    for reg in nodes.iter().filter_map(|n| n.custom) {
-        if found.last().map(RegRef::addr) != Some(reg.addr()) {
-            found.push(reg);
-        }
-    }
-    found.sort_unstable_by_key(RegRef::addr);
-    found.dedup_by_key(|r| r.addr());
-    found.iter().map(RegRef::arc).collect()
 }
 
 /// An empty node vector with room for `size` nodes, a number that came from the input
 /// (`None` when computing it overflowed).
-pub fn node_vec(size: Option<usize>, what: &str) -> PyResult<Vec<Node>> {
-    let mut nodes = Vec::new();
+pub fn node_vec(size: Option<usize>, what: &str) -> PyResult<Nodes> {
+    let mut nodes = Nodes::new();
     reserve_nodes(&mut nodes, size, what)?;
     Ok(nodes)
 }
 
 /// Room for `more` nodes in `out` (`None`: a count that overflowed): a result too large to
 /// allocate raises MemoryError, never aborts the process.
-pub fn reserve_nodes(out: &mut Vec<Node>, more: Option<usize>, what: &str) -> PyResult<()> {
+pub fn reserve_nodes(out: &mut Nodes, more: Option<usize>, what: &str) -> PyResult<()> {
     let total = more.and_then(|m| m.checked_add(out.len()));
     match (more, total) {
         (Some(m), Some(n)) if n <= MAX_NODES && out.try_reserve(m).is_ok() => Ok(()),
@@ -448,33 +417,15 @@ fn int_like(index: &Bound<'_, PyAny>) -> PyResult<isize> {
 pub const MAX_NODES: usize = 1 << 32;
 
 impl PyTreeSpec {
-    /// A treespec of `nodes`, which takes a reference to each registration they point to.
-    /// Those registrations must be alive during the call: the nodes come from a live
-    /// treespec, or their maker holds the registrations (see `RegRef`).
-    pub fn new(nodes: Vec<Node>, none_is_leaf: bool, namespace: String) -> PyTreeSpec {
-        let registrations = registrations_of(&nodes);
-        PyTreeSpec::from_walk(nodes, registrations, none_is_leaf, namespace)
-    }
-
-    /// A treespec of the nodes a walk made, given the registrations the walk took (every one
-    /// its nodes point to: no scan of the nodes).
-    pub fn from_walk(
-        nodes: Vec<Node>,
-        registrations: Vec<Arc<Registration>>,
-        none_is_leaf: bool,
-        namespace: String,
-    ) -> PyTreeSpec {
+    /// A treespec of `nodes` (which bring the registrations they point to).
+    pub fn new(nodes: Nodes, none_is_leaf: bool, namespace: String) -> PyTreeSpec {
         debug_assert!(!nodes.is_empty());
-        debug_assert!(nodes.iter().filter_map(|n| n.custom).all(|r| registrations
-            .iter()
-            .any(|k| Arc::as_ptr(k) as usize == r.addr())));
         PyTreeSpec {
             nodes,
             none_is_leaf,
             namespace,
             face: Face::Optree,
             hash: OnceLock::new(),
-            _registrations: registrations,
         }
     }
 
@@ -484,7 +435,7 @@ impl PyTreeSpec {
     }
 
     /// A treespec of other nodes with this one's options (none_is_leaf, namespace, face).
-    pub fn derive(&self, nodes: Vec<Node>) -> PyTreeSpec {
+    pub fn derive(&self, nodes: Nodes) -> PyTreeSpec {
         PyTreeSpec::new(nodes, self.none_is_leaf, self.namespace.clone()).with_face(self.face)
     }
 
@@ -527,10 +478,8 @@ impl PyTreeSpec {
     /// A copy of the subtree whose root is node `idx`.
     pub fn subtree(&self, py: Python<'_>, idx: usize) -> PyTreeSpec {
         let start = idx + 1 - self.nodes[idx].num_nodes;
-        let nodes = self.nodes[start..=idx]
-            .iter()
-            .map(|n| n.clone_ref(py))
-            .collect();
+        let mut nodes = Nodes::new();
+        nodes.extend_copy(py, &self.nodes, start..idx + 1);
         self.derive(nodes)
     }
 
@@ -676,14 +625,14 @@ impl PyTreeSpec {
         let size = (leaves.checked_mul(inner.nodes.len()))
             .and_then(|n| n.checked_add(self.nodes.len() - leaves));
         let mut nodes = node_vec(size, "PyTreeSpec.compose")?;
-        for node in &self.nodes {
+        for (i, node) in self.nodes.iter().enumerate() {
             if node.kind == Kind::Leaf {
-                nodes.extend(inner.nodes.iter().map(|n| n.clone_ref(py)));
+                nodes.extend_copy(py, &inner.nodes, 0..inner.nodes.len());
             } else {
-                let mut n = node.clone_ref(py);
-                n.num_leaves = node.num_leaves * inner.num_leaves();
-                n.num_nodes = node.num_nodes + node.num_leaves * (inner.root().num_nodes - 1);
-                nodes.push(n);
+                nodes.push_copy(py, &self.nodes, i).set_counts(
+                    node.num_leaves * inner.num_leaves(),
+                    node.num_nodes + node.num_leaves * (inner.root().num_nodes - 1),
+                );
             }
         }
         let namespace = if self.namespace.is_empty() {

@@ -3,7 +3,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use super::{compare, Node, PyTreeSpec};
+use super::{compare, Node, Nodes, PyTreeSpec};
 use crate::errors::{Invariant, SpecMismatch, TreeError};
 use crate::kind::Kind;
 
@@ -265,7 +265,7 @@ pub fn common_suffix(py: Python<'_>, a: &PyTreeSpec, b: &PyTreeSpec) -> PyResult
         Visit(usize, usize),
         Emit(usize, usize, usize),
     }
-    let mut out: Vec<Node> = Vec::new();
+    let mut out = Nodes::new();
     let mut leaves = 0;
     let mut tasks = vec![Task::Visit(a.nodes.len() - 1, b.nodes.len() - 1)];
     while let Some(task) = tasks.pop() {
@@ -274,10 +274,10 @@ pub fn common_suffix(py: Python<'_>, a: &PyTreeSpec, b: &PyTreeSpec) -> PyResult
                 let (x, y) = (&a.nodes[i], &b.nodes[j]);
                 if x.kind == Kind::Leaf {
                     leaves += y.num_leaves;
-                    out.append(&mut b.subtree(py, j).nodes);
+                    out.append(b.subtree(py, j).nodes);
                 } else if y.kind == Kind::Leaf {
                     leaves += x.num_leaves;
-                    out.append(&mut a.subtree(py, i).nodes);
+                    out.append(a.subtree(py, i).nodes);
                 } else {
                     let Some(order) = matching_children(py, a.face, x, y)? else {
                         return Err(suffix_mismatch(py, a, b, (i, j))?);
@@ -290,10 +290,9 @@ pub fn common_suffix(py: Python<'_>, a: &PyTreeSpec, b: &PyTreeSpec) -> PyResult
                 }
             }
             Task::Emit(i, start, leaves_before) => {
-                let mut node = a.nodes[i].clone_ref(py);
-                node.num_nodes = out.len() - start + 1;
-                node.num_leaves = leaves - leaves_before;
-                out.push(node);
+                let num_nodes = out.len() - start + 1;
+                out.push_copy(py, &a.nodes, i)
+                    .set_counts(leaves - leaves_before, num_nodes);
             }
         }
     }
@@ -399,14 +398,13 @@ pub fn graft(
     let mut out = super::node_vec(size, "graft")?;
     let mut pending: Vec<(usize, usize)> = Vec::new();
     let mut next = 0;
-    for node in &spec.nodes {
+    for (i, node) in spec.nodes.iter().enumerate() {
         if node.kind == Kind::Leaf {
             let sub = &inner[next];
             next += 1;
-            out.extend(sub.nodes.iter().map(|n| n.clone_ref(py)));
+            out.extend_copy(py, &sub.nodes, 0..sub.nodes.len());
             pending.push((sub.num_leaves(), sub.nodes.len()));
         } else {
-            let mut n = node.clone_ref(py);
             let (mut leaves, mut count) = (0, 1);
             for _ in 0..node.arity {
                 let (l, c) = pending
@@ -415,9 +413,7 @@ pub fn graft(
                 leaves += l;
                 count += c;
             }
-            n.num_leaves = leaves;
-            n.num_nodes = count;
-            out.push(n);
+            out.push_copy(py, &spec.nodes, i).set_counts(leaves, count);
             pending.push((leaves, count));
         }
     }
@@ -438,11 +434,13 @@ pub fn one_level_at(py: Python<'_>, spec: &PyTreeSpec, idx: usize) -> Option<PyT
     if root.kind == Kind::Leaf {
         return None;
     }
-    let mut nodes: Vec<Node> = (0..root.arity).map(|_| Node::LEAF).collect();
-    let mut top = root.clone_ref(py);
-    top.num_leaves = root.arity;
-    top.num_nodes = root.arity + 1;
-    nodes.push(top);
+    let mut nodes: Nodes = (0..root.arity)
+        .map(|_| Node::LEAF)
+        .collect::<Vec<_>>()
+        .into();
+    nodes
+        .push_copy(py, &spec.nodes, idx)
+        .set_counts(root.arity, root.arity + 1);
     Some(spec.derive(nodes))
 }
 
@@ -459,7 +457,7 @@ pub fn transform(
     let input = |idx: usize| -> PyResult<String> {
         match one_level_at(py, spec, idx) {
             Some(one) => super::repr::repr(&one, py),
-            None => super::repr::repr(&spec.derive(vec![Node::LEAF]), py),
+            None => super::repr::repr(&spec.derive(vec![Node::LEAF].into()), py),
         }
     };
     let call = |f: &Bound<'_, PyAny>, arg: PyTreeSpec, idx: usize| -> PyResult<Py<PyTreeSpec>> {
@@ -477,7 +475,7 @@ pub fn transform(
     // One post-order pass writing the result's nodes straight into `out`: a finished subtree's
     // nodes are contiguous there, so a node only needs its children's leaf and node counts
     // (`pending`), never a copy of their nodes (copying made deep chains quadratic).
-    let mut out: Vec<Node> = Vec::with_capacity(spec.nodes.len());
+    let mut out = Nodes::with_capacity(spec.nodes.len());
     let mut pending: Vec<(usize, usize)> = Vec::new();
     // optree's rule: the input's namespace, else the first one a result names; every result
     // naming one must name that one.
@@ -512,7 +510,7 @@ pub fn transform(
     };
     for (idx, node) in spec.nodes.iter().enumerate() {
         if node.kind == Kind::Leaf {
-            let leaf = spec.derive(vec![Node::LEAF]);
+            let leaf = spec.derive(vec![Node::LEAF].into());
             let got = match f_leaf {
                 Some(f) => call(f, leaf, idx)?,
                 None => Py::new(py, leaf)?,
@@ -521,7 +519,7 @@ pub fn transform(
             check(got, idx)?;
             face = got.face;
             super::reserve_nodes(&mut out, Some(got.nodes.len()), "transform")?;
-            out.extend(got.nodes.iter().map(|n| n.clone_ref(py)));
+            out.extend_copy(py, &got.nodes, 0..got.nodes.len());
             pending.push((got.num_leaves(), got.nodes.len()));
             continue;
         }
@@ -556,10 +554,8 @@ pub fn transform(
             leaves += l;
             count += c;
         }
-        let mut top = s.root().clone_ref(py);
-        top.num_leaves = leaves;
-        top.num_nodes = count;
-        out.push(top);
+        out.push_copy(py, &s.nodes, s.nodes.len() - 1)
+            .set_counts(leaves, count);
         pending.push((leaves, count));
     }
     if merged {
@@ -578,8 +574,9 @@ pub fn from_jax_node_data(
     let bad = |why: String| -> PyErr {
         TreeError::Value(format!("from_node_data_and_children: {why}")).into()
     };
-    let leaf =
-        || PyTreeSpec::new(vec![Node::LEAF], false, String::new()).with_face(super::Face::Jax);
+    let leaf = || {
+        PyTreeSpec::new(vec![Node::LEAF].into(), false, String::new()).with_face(super::Face::Jax)
+    };
     if node_data.is_none() {
         if !children.is_empty() {
             return Err(bad("a leaf has no children".into()));
@@ -600,7 +597,7 @@ pub fn from_jax_node_data(
     let arity = children.len();
     let c = crate::types::collections(py);
     let is = |t: &Bound<'_, PyType>| ty.is(t);
-    // Keeps the registration of a custom node alive until its treespec holds it.
+    // A custom node's registration, held by its treespec's nodes.
     let mut registration = None;
     let mut node = if is(&py.get_type::<PyTuple>()) {
         Node::bare(Kind::Tuple, arity, 0, 0)
@@ -671,15 +668,16 @@ pub fn from_jax_node_data(
         }
         let mut n = Node::bare(Kind::Custom, arity, 0, 0);
         n.data = Some(data.unbind());
-        n.set_custom(found);
         registration = Some(found.clone());
         n
     };
     node.num_leaves = arity;
     node.num_nodes = arity + 1;
-    let mut nodes: Vec<Node> = (0..arity).map(|_| Node::LEAF).collect();
-    nodes.push(node);
+    let mut nodes: Nodes = (0..arity).map(|_| Node::LEAF).collect::<Vec<_>>().into();
+    match &registration {
+        Some(reg) => nodes.push_custom(node, reg),
+        None => nodes.push(node),
+    }
     let shape = PyTreeSpec::new(nodes, false, String::new()).with_face(super::Face::Jax);
-    drop(registration);
     graft(py, &shape, children)
 }

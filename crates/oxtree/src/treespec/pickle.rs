@@ -160,9 +160,7 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
     }
     // (num_leaves, num_nodes) of each completed subtree not yet claimed by a parent.
     let mut pending: Vec<(usize, usize)> = Vec::new();
-    let mut nodes = Vec::with_capacity(raw.len());
-    // Keeps the custom nodes' registrations alive until their treespec holds them.
-    let mut registrations = Vec::new();
+    let mut nodes = super::Nodes::with_capacity(raw.len());
     for (i, item) in raw.iter().enumerate() {
         let mut node_entries: Option<Py<PyTuple>> = None;
         let t = item
@@ -207,6 +205,7 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
             )));
         }
         let mut node = Node::bare(kind, arity, 0, 0);
+        let mut registration = None;
         node.set_entries(node_entries.take());
         let data_none = data.is_none();
         match kind {
@@ -337,8 +336,7 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
                 ) {
                     return Err(bad(format!("node {i}: {why}")));
                 }
-                node.set_custom(&found);
-                registrations.push(found);
+                registration = Some(found);
                 node.data = Some(data.unbind());
             }
         }
@@ -354,7 +352,10 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
         node.num_leaves = leaves;
         node.num_nodes = count;
         pending.push((leaves, count));
-        nodes.push(node);
+        match &registration {
+            Some(reg) => nodes.push_custom(node, reg),
+            None => nodes.push(node),
+        }
     }
     if pending.len() != 1 {
         return Err(bad(format!(
@@ -374,7 +375,5 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
     }
     // The namespace is kept as saved, as optree keeps it: an empty namespace matches any in
     // `==`, so a state naming one its nodes do not depend on still loads equal to its walk.
-    let spec = PyTreeSpec::new(nodes, none_is_leaf, namespace).with_face(face);
-    drop(registrations);
-    Ok(spec)
+    Ok(PyTreeSpec::new(nodes, none_is_leaf, namespace).with_face(face))
 }
