@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from collections import OrderedDict
 from typing import Any
 
@@ -134,9 +135,14 @@ class Churn(threading.Thread):
             while not self.stop.is_set():
                 rule = TOGGLE_RULES[i % 2]
                 oxtree.register_pytree_node(Toggle, rule, _toggle_unflatten, namespace=NAMESPACE)
+                # Give the workers the interpreter while Toggle is registered, and again after it
+                # is gone: on a loaded machine the churn could otherwise run whole time slices in
+                # one state, and the workers would never see the registry change.
+                time.sleep(0)
                 fresh = type(f"Fresh{i}", (), {})
                 oxtree.register_pytree_node(fresh, lambda x: ((), type(x)), lambda t, c: t())
                 oxtree.unregister_pytree_node(Toggle, namespace=NAMESPACE)
+                time.sleep(0)
                 oxtree.unregister_pytree_node(fresh)
                 oxtree.register_static(fresh, namespace=NAMESPACE)
                 oxtree.unregister_pytree_node(fresh, namespace=NAMESPACE)
