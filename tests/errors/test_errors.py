@@ -408,6 +408,26 @@ def test_deep_subprocess_exits_cleanly(limit):
     assert run["returncode"] == 0, run["stderr"]
 
 
+def test_a_tree_past_the_depth_limit_is_named_in_a_short_message():
+    # A path 200,000 steps deep is shown by its two ends and the count between, not spelled
+    # out (a message of megabytes); the tree is left as it was.
+    tree: Any = 0
+    for _ in range(200_001):
+        tree = [tree]
+    for call in (oxtree.tree_flatten, oxtree.tree_flatten_with_path, oxtree.tree_structure):
+        with pytest.raises(RecursionError) as excinfo:
+            call(tree)
+        message = str(excinfo.value)
+        assert len(message) < 400, message[:400]
+        assert re.fullmatch(
+            r"maximum tree depth \(200000\) exceeded at tree(\[0\]){16}\.\.\.<\d+ steps>\.\.\."
+            r"(\[0\]){16} while walking the tree",
+            message,
+        ), message
+    assert type(tree) is list
+    assert len(tree) == 1
+
+
 def test_moderately_deep_trees_work():
     # Well below any recursion limit: no RecursionError allowed, and results match optree.
     tree = 0
