@@ -319,10 +319,6 @@ pub fn _flatten_one_level<'py>(
     namespace: &str,
     jax: bool,
 ) -> PyResult<(Bound<'py, PyList>, PyTreeSpec)> {
-    let face = if jax { Face::Jax } else { Face::Optree };
-    let opts = Options {
-        face,
-        ..Options::new(None, none_is_leaf, namespace)
-    };
+    let opts = Options::on_face(None, none_is_leaf, namespace, jax);
     walk::one_level_impl(tree, &opts)
 }

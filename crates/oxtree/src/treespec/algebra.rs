@@ -17,27 +17,6 @@ use crate::kind::Kind;
 use crate::registry::{self, Registry, Rule};
 use crate::walk::{check_is_leaf, leaves_impl, list_from_vec, spec_of};
 
-fn face_of(jax: bool) -> Face {
-    if jax {
-        Face::Jax
-    } else {
-        Face::Optree
-    }
-}
-
-/// The options of a face's walk: JAX's take no `none_is_leaf` and no namespace.
-fn face_opts<'a, 'py>(
-    is_leaf: Option<&'a Bound<'py, PyAny>>,
-    none_is_leaf: bool,
-    namespace: &'a str,
-    jax: bool,
-) -> Options<'a, 'py> {
-    Options {
-        face: face_of(jax),
-        ..Options::new(is_leaf, none_is_leaf, namespace)
-    }
-}
-
 /// The node kind instances of `cls` have in a walk under these options (`PyTreeKind.LEAF`
 /// for a leaf type, and for anything that is not a type): the walk's own dispatch, asked for
 /// a type. `jax=True` answers for JAX's face (deques and struct sequences are leaves).
@@ -55,7 +34,7 @@ pub fn _node_kind<'py>(
     let py = cls.py();
     let kind = match cls.cast::<PyType>() {
         Ok(ty) => registry::with_registry(|reg| {
-            match flatten::classify_type(ty, none_is_leaf, reg, namespace, face_of(jax)) {
+            match flatten::classify_type(ty, none_is_leaf, reg, namespace, Face::of(jax)) {
                 Class::Leaf => Kind::Leaf,
                 Class::NoneNode => Kind::None,
                 Class::Node(kind) => kind,
@@ -183,7 +162,7 @@ pub fn _broadcast_prefix<'py>(
     leaves: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     check_is_leaf(is_leaf)?;
-    let opts = face_opts(is_leaf, none_is_leaf, namespace, jax);
+    let opts = Options::on_face(is_leaf, none_is_leaf, namespace, jax);
     registry::with_registry(|reg| broadcast(prefix_tree, full_tree, &opts, leaves, reg))
 }
 
@@ -272,7 +251,7 @@ pub fn _broadcast_common<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     check_is_leaf(is_leaf)?;
     let py = trees.py();
-    let opts = face_opts(is_leaf, none_is_leaf, namespace, false);
+    let opts = Options::on_face(is_leaf, none_is_leaf, namespace, false);
     let trees = trees.try_iter()?.collect::<PyResult<Vec<_>>>()?;
     let flats = registry::with_registry(|reg| {
         trees
@@ -372,7 +351,7 @@ pub fn _tree_reduce<'py>(
     namespace: &str,
     jax: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let opts = face_opts(is_leaf, none_is_leaf, namespace, jax);
+    let opts = Options::on_face(is_leaf, none_is_leaf, namespace, jax);
     let mut leaves = leaves_of(tree, &opts)?.into_iter();
     let mut acc = match optional(initial, "initial")? {
         Some(start) => start,
@@ -412,7 +391,7 @@ pub fn _tree_reduce_associative<'py>(
     namespace: &str,
     jax: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let opts = face_opts(is_leaf, none_is_leaf, namespace, jax);
+    let opts = Options::on_face(is_leaf, none_is_leaf, namespace, jax);
     let leaves = leaves_of(tree, &opts)?;
     if leaves.is_empty() {
         return optional(identity, "identity")?.ok_or_else(|| {
@@ -448,7 +427,7 @@ pub fn _tree_all(
     jax: bool,
     any: bool,
 ) -> PyResult<bool> {
-    let opts = face_opts(is_leaf, none_is_leaf, namespace, jax);
+    let opts = Options::on_face(is_leaf, none_is_leaf, namespace, jax);
     for leaf in leaves_impl(tree, &opts)?.iter() {
         if leaf.is_truthy()? == any {
             return Ok(any);
@@ -488,7 +467,7 @@ pub fn _tree_transpose<'py>(
     let jax_flat = if jax {
         Some(crate::walk::flatten_impl(
             tree,
-            &face_opts(None, false, "", true),
+            &Options::on_face(None, false, "", true),
         )?)
     } else {
         None
@@ -511,7 +490,7 @@ pub fn _tree_transpose<'py>(
             .into_iter()
             .next()
             .ok_or_else(|| PyIndexError::new_err("list index out of range"))?;
-            let opts = face_opts(is_leaf, none_is_leaf, namespace, jax);
+            let opts = Options::on_face(is_leaf, none_is_leaf, namespace, jax);
             inferred = crate::walk::structure_impl(&first, &opts)?;
             inferred.get()
         }
@@ -545,7 +524,7 @@ pub fn _tree_transpose<'py>(
             } else {
                 namespace
             };
-            let opts = face_opts(is_leaf, none_is_leaf, namespace, false);
+            let opts = Options::on_face(is_leaf, none_is_leaf, namespace, false);
             crate::walk::flatten_impl(tree, &opts)?
         }
     };

@@ -1505,6 +1505,19 @@ impl<'a, 'py> Options<'a, 'py> {
             face: Face::Optree,
         }
     }
+
+    /// [`Options::new`] for the face a `jax=` flag names.
+    pub fn on_face(
+        is_leaf: Option<&'a Bound<'py, PyAny>>,
+        none_is_leaf: bool,
+        namespace: &'a str,
+        jax: bool,
+    ) -> Self {
+        Options {
+            face: Face::of(jax),
+            ..Options::new(is_leaf, none_is_leaf, namespace)
+        }
+    }
 }
 
 fn run_with<'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const LEAVES: bool>(

@@ -335,6 +335,17 @@ pub enum Face {
     Jax,
 }
 
+impl Face {
+    /// The face a core entry point's `jax=` flag names.
+    pub fn of(jax: bool) -> Face {
+        if jax {
+            Face::Jax
+        } else {
+            Face::Optree
+        }
+    }
+}
+
 /// How a registered node's child key reads in a path: JAX key objects by their str, raw
 /// optree entries as flat indices.
 pub fn custom_entry_text(entry: &Bound<'_, PyAny>) -> String {

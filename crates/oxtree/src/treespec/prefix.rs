@@ -426,9 +426,6 @@ pub fn _prefix_errors<'py>(
     namespace: &str,
     jax: bool,
 ) -> PyResult<Vec<PrefixError>> {
-    let opts = Options {
-        face: if jax { Face::Jax } else { Face::Optree },
-        ..Options::new(is_leaf, none_is_leaf, namespace)
-    };
+    let opts = Options::on_face(is_leaf, none_is_leaf, namespace, jax);
     crate::registry::with_registry(|reg| prefix_errors(prefix_tree, full_tree, &opts, reg))
 }
