@@ -39,7 +39,7 @@ import jax
 import jax.tree_util as jtu
 import numpy as np
 
-from oxtree import _core
+from oxtree import _core, _jax_hook
 from oxtree import module as _module
 from oxtree._core import (
     DictKey,
@@ -160,6 +160,10 @@ def register(cls: _C, namespace: str = "") -> _C:
     second namespace with a different rule raises ValueError, as does a type JAX already
     knows from elsewhere.
 
+    A type registered through ``oxtree.tree_util`` (JAX's face) needs no mirroring: it is
+    registered with JAX by that call, with its own functions, and ``register`` leaves it as
+    it is (as it does a Module class). Only a rule of another namespace raises, as above.
+
     >>> import dataclasses, jax, oxtree
     >>> @dataclasses.dataclass
     ... class Scaled:
@@ -179,7 +183,7 @@ def register(cls: _C, namespace: str = "") -> _C:
     if issubclass(cls, _module.Module):
         # Modules register themselves with JAX (with their GetAttrKey keys) once jax is
         # imported; mirroring one again is the harmless no-op it is for any mirrored type.
-        _module._register_pending_with_jax()
+        _jax_hook.flush()
         return cls
     home = _home_namespace(cls, namespace)
     if home is None:
@@ -187,6 +191,16 @@ def register(cls: _C, namespace: str = "") -> _C:
             f"{cls.__qualname__} is not registered in oxtree ({_namespace_label(namespace)}); "
             "register it with oxtree.register_pytree_node, register_dataclass or "
             "register_static first"
+        )
+    _jax_hook.flush()  # registrations made while jax was half imported, if any
+    if _jax_hook.reached_jax(cls):
+        # Registered through oxtree.tree_util, which registered it with JAX (globally).
+        if home == "":
+            return cls
+        raise ValueError(
+            f"{cls.__qualname__} is registered with JAX through oxtree.tree_util (the rule of "
+            f"the global namespace); JAX has a single registry, so it cannot also follow the "
+            f"rule of {_namespace_label(home)}"
         )
     with _MIRROR_LOCK:
         done = _MIRRORED.get(cls)
@@ -213,8 +227,9 @@ def register(cls: _C, namespace: str = "") -> _C:
 def register_namespace(namespace: str = "") -> list[type]:
     """Mirrors (see :func:`register`) every type oxtree has registered in ``namespace`` itself
     (the global namespace by default); returns the types this call mirrored. Types mirrored
-    before, and types JAX already has from other code, are left as they are, so calling it
-    again after new registrations mirrors just those.
+    before, types JAX already has from other code, and types registered with JAX by
+    ``oxtree.tree_util`` or as Module classes are left as they are, so calling it again after
+    new registrations mirrors just those.
 
     >>> import oxtree
     >>> class Box:
@@ -235,7 +250,7 @@ def register_namespace(namespace: str = "") -> list[type]:
     own = listed[len(registered_types()) :] if namespace else listed
     new = []
     for cls in own:
-        if cls in _MIRRORED:
+        if cls in _MIRRORED or _jax_hook.reached_jax(cls):
             continue
         try:
             register(cls, namespace)
@@ -247,6 +262,10 @@ def register_namespace(namespace: str = "") -> list[type]:
 
 def mirrored_types() -> dict[type, str]:
     """The types mirrored to JAX so far, each with the oxtree namespace its rule comes from.
+
+    These are the types :func:`register` and :func:`register_namespace` registered with JAX
+    (with oxtree's rule). Types registered through ``oxtree.tree_util``, which that call
+    registered with JAX with their own functions, and Module classes are not listed.
 
     >>> isinstance(mirrored_types(), dict)
     True
@@ -1067,8 +1086,9 @@ def combine(*trees: Any, is_leaf: Callable[[Any], bool] | None = None, namespace
     return unflatten(merged)
 
 
-# Module classes defined (or instances made) before JAX was imported register now.
-_module._register_pending_with_jax()
+# Registrations waiting for JAX are made once `import jax` finishes (oxtree._jax_hook); this
+# catches those made while jax was half imported.
+_jax_hook.flush()
 
 # The lifted transforms live in their own module, built on the helpers above.
 from oxtree._lifted import (  # noqa: E402

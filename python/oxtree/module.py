@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Annotated, Any, Self, TypeVar
 
+from oxtree import _jax_hook
 from oxtree._core import (
     GetAttrKey,
     _set_module_hooks,
@@ -53,6 +54,10 @@ __all__ = ["Kind", "Module", "Parameter", "State"]
 
 _T = TypeVar("_T")
 _M = TypeVar("_M", bound="Module")
+
+# Registrations waiting for `import jax` to finish (oxtree._jax_hook's list itself): what
+# `Module.__new__` checks, at the cost it always had.
+_PENDING_JAX = _jax_hook.PENDING
 
 
 class Kind(enum.Enum):
@@ -399,11 +404,6 @@ def _unflattener(cls: type[_M]) -> Callable[[_ModuleDef, Any], _M]:
     return unflatten
 
 
-# Classes waiting to be registered with JAX, which is never imported by this module: they
-# are registered as soon as a class is defined or a module created after `import jax`.
-_PENDING_JAX: list[type[Module]] = []
-
-
 def _module_path_type() -> type:
     """The class ``ModulePath``, made the first time it is asked for (JAX imported by then):
     it subclasses JAX's ``GetAttrKey``, which this module cannot name before JAX is loaded."""
@@ -486,27 +486,17 @@ def _graph_children_with_keys(m: Module) -> tuple[list[tuple[Any, Any]], Any]:
 _graph_rebuild: Callable[[Any, Any], Any] = graph_unflatten
 
 
-def _register_pending_with_jax() -> None:
-    jax = sys.modules.get("jax")
-    jtu = getattr(jax, "tree_util", None)
-    register = getattr(jtu, "register_pytree_with_keys", None)
-    if register is None:  # jax is absent or half imported
-        return
-    while _PENDING_JAX:
-        cls = _PENDING_JAX.pop()
-        try:
-            register(cls, _graph_children_with_keys, _graph_rebuild, _graph_children)
-        except ValueError as e:  # already registered (by oxtree.jax, say): nothing to do
-            if "Duplicate" not in str(e):
-                raise
-
-
 def _register(cls: type[Module]) -> None:
     register_pytree_node(
         cls, _flatten, _unflattener(cls), flatten_with_keys_func=_flatten_with_keys
     )
-    _PENDING_JAX.append(cls)
-    _register_pending_with_jax()
+    # This module never imports JAX: the class is registered with JAX now if JAX is loaded,
+    # else once `import jax` has finished (oxtree._jax_hook).
+    _jax_hook.register_with_jax(
+        cls,
+        "register_pytree_with_keys",
+        (cls, _graph_children_with_keys, _graph_rebuild, _graph_children),
+    )
 
 
 def _holds_modules(value: Any) -> bool:
@@ -580,8 +570,8 @@ class Module:
     training: bool
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:
-        if _PENDING_JAX:
-            _register_pending_with_jax()
+        if _PENDING_JAX:  # JAX was half imported when the class was made: register it now
+            _jax_hook.flush()
         self = _new_object(cls)
         layout, defaults = _declared(cls)
         _DEF_SLOT.__set__(self, layout.stale)

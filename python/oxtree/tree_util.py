@@ -3,7 +3,13 @@
 Where optree and JAX differ this module does as JAX does: treedefs print in JAX's grammar
 (``PyTreeDef([*, (*, *)])``), dicts are rebuilt in sorted key order, deques and struct
 sequences are leaves, None is always a node without children. Registrations are shared with
-the main ``oxtree`` package: a type registered through either is a node in both.
+the main ``oxtree`` package: a type registered through either is a node in both. A type
+registered here is registered with JAX too, by JAX's function of the same name with the
+user's own functions (a dataclass with its data and meta fields), so it is a pytree to
+``jax.jit``, ``jax.vmap``, ``jax.grad`` and ``jax.tree_util`` as it would be had it been
+registered with JAX directly: at once when JAX is loaded, else once ``jax`` is imported (this
+module never imports it). A type JAX already has from other code keeps JAX's rule in JAX; a
+registration JAX refuses raises and is not made in oxtree either.
 
 >>> from oxtree import tree_util as jtu
 >>> leaves, treedef = jtu.tree_flatten({'b': 1, 'a': (2, None)})
@@ -18,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from oxtree import _core
+from oxtree import _core, _jax_hook
 from oxtree._core import (
     DictKey,
     FlattenedIndexKey,
@@ -68,6 +74,15 @@ class Unspecified:
 _UNSPECIFIED = Unspecified()
 
 
+def _with_jax(nodetype: type, name: str, *args: Any) -> None:
+    """Registers ``nodetype``, just registered with oxtree, with JAX too, by JAX's function
+    ``name`` called with ``args``; if JAX refuses, oxtree's registration is undone and the
+    error raised (see oxtree._jax_hook)."""
+    _jax_hook.register_with_jax(
+        nodetype, name, args, undo=lambda: _core.unregister_pytree_node(nodetype)
+    )
+
+
 def register_pytree_node(
     nodetype: type[_T],
     flatten_func: Callable[[_T], tuple[Iterable[Any], Hashable]],
@@ -84,6 +99,14 @@ def register_pytree_node(
     """
     _register_node(
         nodetype, flatten_func, unflatten_func, flatten_with_keys_func=flatten_with_keys_func
+    )
+    _with_jax(
+        nodetype,
+        "register_pytree_node",
+        nodetype,
+        flatten_func,
+        unflatten_func,
+        flatten_with_keys_func,
     )
 
 
@@ -102,7 +125,8 @@ def register_pytree_node_class(cls: _C) -> _C:
     >>> t.value, t.tag
     (3.0, 'm')
     """
-    register_pytree_node(cls, cls.tree_flatten, cls.tree_unflatten)  # type: ignore[attr-defined]
+    _register_node(cls, cls.tree_flatten, cls.tree_unflatten)  # type: ignore[attr-defined]
+    _with_jax(cls, "register_pytree_node_class", cls)
     return cls
 
 
@@ -121,13 +145,32 @@ def register_pytree_with_keys(
     >>> keystr(tree_leaves_with_path(Box(1))[0][0])
     '.v'
     """
+    _register_keyed(nodetype, flatten_with_keys, unflatten_func, flatten_func)
+    _with_jax(
+        nodetype,
+        "register_pytree_with_keys",
+        nodetype,
+        flatten_with_keys,
+        unflatten_func,
+        flatten_func,
+    )
+
+
+def _register_keyed(
+    nodetype: type,
+    flatten_with_keys: Callable[[Any], tuple[KeyLeafPairs, Hashable]],
+    unflatten_func: Callable[[Hashable, Iterable[Any]], Any],
+    flatten_func: Callable[[Any], tuple[Iterable[Any], Hashable]] | None,
+) -> None:
+    """Registers with oxtree only; without ``flatten_func``, flattening drops the keys of
+    ``flatten_with_keys``'s pairs, as JAX does."""
     if flatten_func is None:
 
-        def flatten_func(obj: _T) -> tuple[list[Any], Hashable]:
+        def flatten_func(obj: Any) -> tuple[list[Any], Hashable]:
             pairs, aux = flatten_with_keys(obj)
             return [child for _, child in pairs], aux
 
-    register_pytree_node(nodetype, flatten_func, unflatten_func, flatten_with_keys)
+    _register_node(nodetype, flatten_func, unflatten_func, flatten_with_keys_func=flatten_with_keys)
 
 
 def register_pytree_with_keys_class(cls: _C) -> _C:
@@ -146,13 +189,13 @@ def register_pytree_with_keys_class(cls: _C) -> _C:
     >>> [keystr(path) for path, _ in tree_leaves_with_path(Box(1, [2]))]
     ['.v', '.w[0]']
     """
-    flatten = getattr(cls, "tree_flatten", None)
-    register_pytree_with_keys(
+    _register_keyed(
         cls,
         cls.tree_flatten_with_keys,  # type: ignore[attr-defined]
         cls.tree_unflatten,  # type: ignore[attr-defined]
-        flatten,
+        getattr(cls, "tree_flatten", None),
     )
+    _with_jax(cls, "register_pytree_with_keys_class", cls)
     return cls
 
 
@@ -218,7 +261,10 @@ def register_dataclass(
         raise ValueError(
             f"data_fields and meta_fields must not overlap. Overlapping fields: {overlap}."
         )
-    return _register_dataclass_fields(nodetype, data, meta)
+    _register_dataclass_fields(nodetype, data, meta)
+    # With the fields as read here: jax 0.10.2 read dropped fields too, then refused them.
+    _with_jax(nodetype, "register_dataclass", nodetype, data, meta, drop_fields)
+    return nodetype
 
 
 def register_static(cls: _C) -> _C:
@@ -234,7 +280,9 @@ def register_static(cls: _C) -> _C:
     >>> tree_structure(Units('m')) == tree_structure(Units('s'))
     False
     """
-    return _register_static(cls)
+    _register_static(cls)
+    _with_jax(cls, "register_static", cls)
+    return cls
 
 
 def treedef_is_leaf(treedef: PyTreeDef) -> bool:
@@ -405,7 +453,12 @@ def is_tree_node(typ: type) -> bool:
 
 
 class PyTreeRegistry:
-    """JAX's registry object; oxtree has one registry, shared by both faces."""
+    """JAX's registry object; oxtree has one registry, shared by both faces.
+
+    Its ``register_node`` and ``register_dataclass_node`` register in that one registry, so
+    they are :func:`register_pytree_node` and :func:`register_dataclass`, and reach JAX through
+    those (in JAX's registry for flattening, jit dispatch and ``none_is_leaf`` walks alike).
+    """
 
     def flatten(
         self, tree: Any, leaf_predicate: Callable[[Any], bool] | None = None
@@ -441,11 +494,13 @@ class PyTreeRegistry:
         from_iterable: Callable[..., Any],
         to_iterable_with_keys: Callable[..., Any] | None = None,
     ) -> None:
+        """Registers ``nodetype`` as :func:`register_pytree_node` does (with JAX too)."""
         register_pytree_node(nodetype, to_iterable, from_iterable, to_iterable_with_keys)
 
     def register_dataclass_node(
         self, nodetype: type, data_fields: Sequence[str], meta_fields: Sequence[str]
     ) -> None:
+        """Registers ``nodetype`` as :func:`register_dataclass` does (with JAX too)."""
         register_dataclass(nodetype, data_fields, meta_fields)
 
 
