@@ -114,8 +114,10 @@ def test_jax_face_matches_jax() -> None:
         x: Any
         y: Any
 
-    otu.register_dataclass(Point, data_fields=["x", "y"], meta_fields=[])
+    # JAX first: a registration through oxtree.tree_util reaches JAX too (JAX refuses a type
+    # twice; one it has already is left alone).
     jtu.register_dataclass(Point, data_fields=["x", "y"], meta_fields=[])
+    otu.register_dataclass(Point, data_fields=["x", "y"], meta_fields=[])
     tree = {"p": Point(1, 2.0)}
     leaves, treedef = otu.tree_flatten(tree)
     jleaves, jtreedef = jtu.tree_flatten(tree)

@@ -56,8 +56,10 @@ def _registered() -> Any:
         Box, _flatten, _unflatten, namespace=optree.registry.__GLOBAL_NAMESPACE
     )
     jtu.register_pytree_node(Box, _flatten, _unflatten)
-    otu.register_dataclass(Point, data_fields=["x"], meta_fields=["y"])
+    # JAX first: a registration through oxtree.tree_util reaches JAX too, and JAX refuses a
+    # second registration of a type (one it has already is left alone).
     jtu.register_dataclass(Point, data_fields=["x"], meta_fields=["y"])
+    otu.register_dataclass(Point, data_fields=["x"], meta_fields=["y"])
     yield
     oxtree.unregister_pytree_node(Box, namespace="")
     optree.unregister_pytree_node(Box, namespace=optree.registry.__GLOBAL_NAMESPACE)
