@@ -306,6 +306,8 @@ pub fn sequence_list<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList
 pub struct ItemType {
     pub ty: *mut sys::PyTypeObject,
     pub flags: c_ulong,
+    /// The type's `tp_version_tag` (see `types::valid_tag`).
+    pub tag: u32,
     pub is_none: bool,
 }
 
@@ -344,14 +346,15 @@ pub fn all_item_types(seq: &Bound<'_, PyAny>, mut accept: impl FnMut(ItemType) -
                 (*ptr.cast::<sys::PyListObject>()).ob_item.add(i).read()
             }
         };
-        // SAFETY: as above: a live object's type and that type's flags.
-        let (ty, flags) = unsafe {
+        // SAFETY: as above: a live object's type and that type's flags and version tag.
+        let (ty, flags, tag) = unsafe {
             let ty = sys::Py_TYPE(item);
-            (ty, (*ty).tp_flags)
+            (ty, (*ty).tp_flags, (*ty).tp_version_tag)
         };
         if !accept(ItemType {
             ty,
             flags,
+            tag,
             is_none: item == none,
         }) {
             return false;
