@@ -349,6 +349,7 @@ def tree_flatten_with_keys(
     is_leaf_takes_path: bool = False,
     none_is_leaf: bool = False,
     namespace: str = "",
+    jax_registry: bool | None = None,
 ) -> tuple[list[tuple[tuple[Any, ...], Any]], PyTreeSpec]: ...
 def tree_leaves_with_path(
     tree: Any,

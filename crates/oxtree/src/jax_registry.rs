@@ -61,7 +61,10 @@ enum Seen {
     Node(&'static Arc<Registration>),
     /// Not a JAX node when its version tag was `tag` and JAX's registry had `size` entries
     /// (0: JAX was not imported).
-    Leaf { tag: u32, size: usize },
+    Leaf {
+        tag: u32,
+        size: usize,
+    },
 }
 
 /// How many types a thread remembers before it starts over.
@@ -93,10 +96,7 @@ fn find_table(py: Python<'_>) -> usize {
         return 0;
     };
     // A str key in a dict: no Python code runs.
-    let Ok(Some(module)) = modules
-        .bind(py)
-        .get_item(intern!(py, "jax._src.tree_util"))
-    else {
+    let Ok(Some(module)) = modules.bind(py).get_item(intern!(py, "jax._src.tree_util")) else {
         return 0;
     };
     // Half imported (JAX is importing it now): not there yet.
@@ -114,7 +114,12 @@ fn find_table(py: Python<'_>) -> usize {
 /// Whether objects of type `ty` (flags `flags`, version tag `tag`) are known, without running
 /// Python code, not to be JAX nodes: JAX's registry has `size` entries now (`size(py)`).
 #[inline]
-pub fn known_leaf(ty: *mut pyo3::ffi::PyTypeObject, flags: std::os::raw::c_ulong, tag: u32, size: usize) -> bool {
+pub fn known_leaf(
+    ty: *mut pyo3::ffi::PyTypeObject,
+    flags: std::os::raw::c_ulong,
+    tag: u32,
+    size: usize,
+) -> bool {
     let Some(tag) = types::valid_tag(flags, tag) else {
         return false;
     };
@@ -172,6 +177,9 @@ fn ask(ty: &Bound<'_, PyType>) -> PyResult<Option<&'static Arc<Registration>>> {
             return Ok(Some(reg));
         }
     }
+    // A lookup of a name the class lacks goes through CPython's method cache, which gives
+    // the class a version tag if it can have one: then the answer can be remembered.
+    let _ = ty.hasattr(intern!(py, "__oxtree_jax_probe__"));
     let described = if before == 0 {
         None
     } else {
@@ -179,7 +187,6 @@ fn ask(ty: &Bound<'_, PyType>) -> PyResult<Option<&'static Arc<Registration>>> {
         (!out.is_none()).then_some(out)
     };
     let Some(described) = described else {
-        // Tagged now if it can be: the lookups above gave it a tag.
         if let Some(tag) = types::type_version_tag(ty) {
             remember(ty, Seen::Leaf { tag, size: before });
         }

@@ -33,10 +33,10 @@ mod _core {
     // The main face: optree's names and signatures, dicts rebuilt in insertion order.
     #[pymodule_export]
     use crate::face::optree::{
-        _flatten_one_level, _flatten_with_steps, _tree_flatten_jax_registry, all_leaves, tree_flatten, tree_flatten_with_keys,
-        tree_flatten_with_path, tree_is_leaf, tree_leaves, tree_leaves_with_path, tree_map,
-        tree_map_, tree_map_with_keys, tree_map_with_path, tree_paths, tree_structure,
-        tree_unflatten,
+        _flatten_one_level, _flatten_with_steps, _tree_flatten_jax_registry, all_leaves,
+        tree_flatten, tree_flatten_with_keys, tree_flatten_with_path, tree_is_leaf, tree_leaves,
+        tree_leaves_with_path, tree_map, tree_map_, tree_map_with_keys, tree_map_with_path,
+        tree_paths, tree_structure, tree_unflatten,
     };
 
     // Treespecs, and the function their pickles call to rebuild one.

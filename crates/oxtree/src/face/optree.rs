@@ -213,17 +213,19 @@ pub fn tree_paths<'py>(
 /// >>> pairs
 /// [((DictKey(key='a'), SequenceKey(idx=0)), 1)]
 #[pyfunction]
-#[pyo3(signature = (tree, /, is_leaf = None, *, is_leaf_takes_path = false, none_is_leaf = false, namespace = ""))]
+#[pyo3(signature = (tree, /, is_leaf = None, *, is_leaf_takes_path = false, none_is_leaf = false, namespace = "", jax_registry = None))]
 pub fn tree_flatten_with_keys<'py>(
     tree: &Bound<'py, PyAny>,
     is_leaf: Option<&Bound<'py, PyAny>>,
     is_leaf_takes_path: bool,
     none_is_leaf: bool,
     namespace: &str,
+    jax_registry: Option<bool>,
 ) -> PyResult<(Bound<'py, PyList>, PyTreeSpec)> {
     walk::keyed_pairs_impl(
         tree,
-        &path_opts(is_leaf, is_leaf_takes_path, none_is_leaf, namespace),
+        &path_opts(is_leaf, is_leaf_takes_path, none_is_leaf, namespace)
+            .with_jax_registry(jax_registry),
     )
 }
 

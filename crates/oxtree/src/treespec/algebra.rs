@@ -173,7 +173,8 @@ pub fn _broadcast_prefix<'py>(
     jax_registry: Option<bool>,
 ) -> PyResult<Bound<'py, PyAny>> {
     check_is_leaf(is_leaf)?;
-    let opts = Options::on_face(is_leaf, none_is_leaf, namespace, jax).with_jax_registry(jax_registry);
+    let opts =
+        Options::on_face(is_leaf, none_is_leaf, namespace, jax).with_jax_registry(jax_registry);
     registry::with_registry(|reg| broadcast(prefix_tree, full_tree, &opts, leaves, reg))
 }
 

@@ -1717,7 +1717,11 @@ fn leaf_sequence(
     // `collections` is imported when the module loads (never here: that would run Python).
     let deque = types::collections_if_ready(tree.py())?.deque.as_ptr();
     // JAX's registry: only types known not to be JAX nodes (JAX's size read once).
-    let jax_size = opts.reads_jax().then(|| crate::jax_registry::size(tree.py()));
+    let jax_size = opts
+        .reads_jax()
+        .then(|| crate::jax_registry::size(tree.py()));
+    // The last type found to be no JAX node: items of one type come in runs.
+    let mut not_jax: *mut ffi::PyTypeObject = std::ptr::null_mut();
     // Nothing below runs Python code, so the list cannot change while it is looked at.
     let plain = |item: crate::ffi::ItemType| {
         if registry.scalar_leaf(item.ty) {
@@ -1734,7 +1738,10 @@ fn leaf_sequence(
             && item.ty.cast() != deque
             && (registry.is_empty() || registry.lookup(item.ty, opts.namespace).is_none())
             && jax_size.is_none_or(|size| {
-                crate::jax_registry::known_leaf(item.ty, item.flags, item.tag, size)
+                let known = item.ty == not_jax
+                    || crate::jax_registry::known_leaf(item.ty, item.flags, item.tag(), size);
+                not_jax = if known { item.ty } else { std::ptr::null_mut() };
+                known
             })
     };
     crate::ffi::all_item_types(tree, plain).then_some((kind, n))
