@@ -139,12 +139,12 @@ pub fn node(ty: &Bound<'_, PyType>) -> PyResult<Option<&'static Arc<Registration
     let seen = SEEN.with(|seen| seen.borrow().get(&(ty.as_ptr() as usize)).copied());
     match seen {
         Some(Seen::Node(reg)) => return Ok(Some(reg)),
-        Some(Seen::Leaf { tag, size: s }) => {
-            if types::type_version_tag(ty) == Some(tag) && size(py) == s {
-                return Ok(None);
-            }
+        Some(Seen::Leaf { tag, size: s })
+            if types::type_version_tag(ty) == Some(tag) && size(py) == s =>
+        {
+            return Ok(None);
         }
-        None => {}
+        _ => {}
     }
     ask(ty)
 }
