@@ -16,6 +16,7 @@ Usage (from the repository root)::
     .venv/bin/python benchmarks/bench.py --face jax         # oxtree through oxtree.tree_util
     .venv/bin/python benchmarks/bench.py --stat best --repeats 21 --target-ms 3  # busy machine
     .venv/bin/python benchmarks/bench.py --list             # names of workloads and ops
+    .venv/bin/python benchmarks/bench.py --workloads jax-registered  # only the group below
 
 Libraries: ``oxtree``, ``optree``, ``jax`` (``jax.tree_util``), ``dmtree`` (``import tree``).
 A library that cannot be imported is skipped with a note.
@@ -50,6 +51,16 @@ Workloads:
 * ``dataclass1k`` a list of 1,000 dataclass instances with 2 data fields each, registered with
   ``oxtree.register_dataclass``, ``jax.tree_util.register_dataclass`` and
   ``optree.dataclasses.dataclass(namespace="oxtree-bench")``. n/a for dm-tree.
+
+The "jax-registered" group (``jax_registered.py``): trees of types registered with JAX itself,
+``eqx_mlp``, ``eqx_stack100`` (equinox), ``flax_struct1k`` and ``nnx_state`` (flax). Only
+``oxtree.tree_util`` (whatever ``--face`` says) and ``jax.tree_util`` are timed, on flatten,
+unflatten and map1, and ``jax.tree_util``'s answers are the reference. The group is printed
+in a section of its own after the targets, with its own geometric means: it never enters the
+table, the geometric means or the targets above it, nor the JSON's ``rows`` (it is under
+``jax_registered``). A full run includes it; ``--quick`` does not, unless ``--workloads``
+names it (``jax-registered`` names all four). A workload whose library is not installed is
+skipped with a line saying so.
 
 Ops:
 
@@ -103,6 +114,7 @@ import timeit
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+import jax_registered
 import numpy as np
 
 # --------------------------------------------------------------------------------------
@@ -336,6 +348,9 @@ QUICK_WORKLOADS: tuple[str, ...] = (
     "dataclass1k",
 )
 QUICK_OPS: tuple[str, ...] = ("flatten", "unflatten", "map1", "map2", "eq")
+
+#: The name that stands for every workload of the "jax-registered" group in `--workloads`.
+JAX_GROUP = "jax-registered"
 
 # --------------------------------------------------------------------------------------
 # Per-library custom classes (custom1k, dataclass1k)
@@ -933,12 +948,13 @@ def run(
     `face` is what the oxtree column calls: "optree" (the main package) or "jax"
     (`oxtree.tree_util`). `stat` is what each timing reports: "median" of the repeats, or
     "best" (the fastest; steadier on a loaded machine, with short repeats).
+
+    Workloads of the jax-registered group (`jax_registered.WORKLOADS`, or `JAX_GROUP` for all
+    of them) go to the result's "jax_registered" entry (see `_run_jax_registered`), never to
+    its "rows"; the entry is there only when such a workload was asked for (a full run asks
+    for all of them).
     """
-    workload_names = _parse_list(
-        workloads if workloads is not None or not quick else QUICK_WORKLOADS,
-        list(WORKLOADS),
-        "workload",
-    )
+    workload_names, jax_names = _split_workloads(workloads, quick)
     op_names = _parse_list(ops if ops is not None or not quick else QUICK_OPS, OPS, "op")
     lib_names = _parse_list(libs, LIBS, "library")
     repeats = repeats if repeats is not None else (3 if quick else 7)
@@ -953,6 +969,11 @@ def run(
     modules, skipped = load_libs(lib_names)
     with _recursion_limit(10_000):
         rows = _run_rows(workload_names, op_names, modules, repeats, target, progress, face, stat)
+    extra: dict[str, Any] = {}
+    if jax_names:
+        extra["jax_registered"] = _run_jax_registered(
+            jax_names, op_names, modules, repeats, target, progress, stat
+        )
     return {
         "meta": {
             "python": sys.version.split()[0],
@@ -965,7 +986,29 @@ def run(
             "skipped": skipped,
         },
         "rows": rows,
+        **extra,
     }
+
+
+def _split_workloads(
+    workloads: str | Sequence[str] | None, quick: bool
+) -> tuple[list[str], list[str]]:
+    """The workloads asked for: (those of the main table, those of the jax-registered group).
+    None means every workload of both (with `quick`: `QUICK_WORKLOADS`, none of the group)."""
+    if workloads is None:
+        if quick:
+            return list(QUICK_WORKLOADS), []
+        return list(WORKLOADS), list(jax_registered.WORKLOADS)
+    allowed = [*WORKLOADS, *jax_registered.WORKLOADS, JAX_GROUP]
+    names: list[str] = []
+    for name in _parse_list(workloads, allowed, "workload"):
+        for n in jax_registered.WORKLOADS if name == JAX_GROUP else [name]:
+            if n not in names:
+                names.append(n)
+    return (
+        [n for n in names if n in WORKLOADS],
+        [n for n in names if n in jax_registered.WORKLOADS],
+    )
 
 
 def _workloads_for(
@@ -1034,6 +1077,75 @@ def _run_rows(
                 progress(f"{wname:>11} {op:<17} done")
         del per_lib
     return rows
+
+
+def _run_jax_registered(
+    workload_names: list[str],
+    op_names: list[str],
+    modules: dict[str, Any],
+    repeats: int,
+    target: float,
+    progress: Callable[[str], None] | None,
+    stat: str = "median",
+) -> dict[str, Any]:
+    """Time the jax-registered group: `oxtree.tree_util` and `jax.tree_util` (those of the two
+    in `modules`) on the ops of `jax_registered.OPS` that `op_names` has, interleaved as in
+    the main table. Rows have the main table's form plus "leaves" (jax's leaf count) and, per
+    library, "num_leaves" (its own count); workloads that cannot be built are in "skipped"."""
+    libs = [lib for lib in ("oxtree", "jax") if lib in modules]
+    ops = [op for op in jax_registered.OPS if op in op_names]
+    out: dict[str, Any] = {
+        "libs": libs,
+        "ops": ops,
+        "versions": jax_registered.versions(),
+        "skipped": {},
+        "rows": [],
+    }
+    if not libs or not ops:
+        why = "neither oxtree nor jax is run" if not libs else "none of its ops is asked for"
+        out["skipped"] = dict.fromkeys(
+            workload_names, f"{why} (ops: {', '.join(jax_registered.OPS)})"
+        )
+        return out
+    try:
+        jtu = importlib.import_module("jax.tree_util")  # the reference, even when not timed
+    except Exception as e:
+        out["skipped"] = dict.fromkeys(workload_names, f"jax, the reference, failed to import: {e}")
+        return out
+    tree_utils = {lib: modules[lib].tree_util for lib in libs}
+    for wname in workload_names:
+        why = jax_registered.missing(wname)
+        if why is not None:
+            out["skipped"][wname] = why
+            continue
+        try:
+            w = jax_registered.JaxTree(wname, jtu)
+        except Exception as e:
+            out["skipped"][wname] = f"building it failed: {type(e).__name__}: {e}"[:300]
+            continue
+        counts: dict[str, int | str] = {}
+        for lib, tu in tree_utils.items():
+            try:
+                counts[lib] = len(tu.tree_leaves(w.tree))
+            except Exception as e:
+                counts[lib] = f"{type(e).__name__}: {e}"[:300]
+        for op in ops:
+            row: dict[str, Any] = {"workload": wname, "op": op, "leaves": len(w.leaves), "libs": {}}
+            cases: dict[str, Case] = {}
+            for lib, tu in tree_utils.items():
+                try:
+                    cases[lib] = Case(*jax_registered.case(tu, w, op))
+                except Exception as e:  # e.g. building the treedef for unflatten failed
+                    row["libs"][lib] = {"error": f"{type(e).__name__}: {e}"[:300], "correct": False}
+            row["libs"].update(_bench_pair(cases, repeats, target, stat))
+            for lib in libs:
+                row["libs"][lib]["num_leaves"] = counts[lib]
+            row["libs"] = {lib: row["libs"][lib] for lib in libs}
+            out["rows"].append(row)
+            if progress is not None:
+                progress(f"{wname:>13} {op:<17} done")
+        del w
+    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -1216,12 +1328,147 @@ def format_targets(results: dict[str, Any]) -> str:
     )
 
 
+def _wrong(entry: dict[str, Any] | None) -> bool:
+    return entry is not None and not entry.get("na") and not entry.get("correct", True)
+
+
+def format_jax_registered(results: dict[str, Any]) -> str:
+    """The jax-registered group's section: its table, per-op geometric means of ox/jax over
+    the rows where both results are correct, its target (ox/jax <= 1.00x) and notes. Empty
+    when the run did not ask for the group."""
+    group = results.get("jax_registered")
+    if group is None:
+        return ""
+    libs, rows = group["libs"], group["rows"]
+    both = libs == ["oxtree", "jax"]
+    lines = [
+        "jax-registered trees: oxtree.tree_util vs jax.tree_util (a group of its own, never "
+        "part of the main table's geomeans or targets)"
+    ]
+    notes: list[str] = []
+    if rows:
+        header = ["workload", "op", f"leaves ({'/'.join(libs)})", *libs]
+        header += ["ox/jax"] if both else []
+        body = []
+        for row in rows:
+            entries = [row["libs"].get(lib) for lib in libs]
+            cells = [row["workload"], row["op"], " / ".join(map(_leaf_count, entries))]
+            cells += [_cell(e) for e in entries]
+            if both:
+                value = _fmt_ratio(_ratio(row, "oxtree", "jax"))
+                cells.append(value + (" !" if value != "-" and any(map(_wrong, entries)) else ""))
+            body.append(cells)
+        lines += _render(header, body, left=2)
+
+    if rows and both:
+        by_op: dict[str, list[dict[str, Any]]] = {}
+        for row in rows:
+            by_op.setdefault(row["op"], []).append(row)
+        sbody = []
+        lists = []
+        wrong_total = slower_total = 0
+        missed: list[str] = []
+        for op, op_rows in by_op.items():
+            wrong = [r["workload"] for r in op_rows if any(map(_wrong, r["libs"].values()))]
+            ratios = [
+                (r["workload"], value)
+                for r in op_rows
+                if r["workload"] not in wrong and (value := _ratio(r, "oxtree", "jax")) is not None
+            ]
+            slower = [(wname, value) for wname, value in ratios if value > 1.0]
+            gm = _geomean([value for _, value in ratios])
+            # Three decimals where two would round a miss to "1.00x".
+            gm_text = f"{gm:.3f}x" if gm is not None and 0.995 <= gm < 1.005 else _fmt_ratio(gm)
+            if gm is not None and gm > 1.0:
+                missed.append(f"{op} {gm_text}")
+            wrong_total += len(wrong)
+            slower_total += len(slower)
+            sbody.append(
+                [
+                    op,
+                    gm_text,
+                    f"{len(wrong)} of {len(op_rows)}",
+                    "yes" if slower else "no" if ratios else "-",
+                ]
+            )
+            listed = [f"{wname} {value:.3f}x" for wname, value in slower]
+            listed += [f"wrong: {', '.join(wrong)}"] if wrong else []
+            lists.append("; ".join(listed))
+        table = _render(["op", "geomean ox/jax", "wrong", "slower than jax?"], sbody, left=1)
+        table = [
+            f"{line}  {extra}".rstrip() for line, extra in zip(table, ["", "", *lists], strict=True)
+        ]
+        lines += ["", *table]
+        if wrong_total:
+            verdict = (
+                f"not met: {wrong_total} of {len(rows)} rows have a wrong result; the geomeans "
+                "leave them out"
+            )
+        elif missed:
+            verdict = f"missed: {', '.join(missed)}"
+        else:
+            verdict = "met" + (f" ({slower_total} rows slower than jax)" if slower_total else "")
+        lines.append(f"target (geomean ox/jax <= 1.00x per op, every result correct): {verdict}")
+
+    if any(_wrong(e) for row in rows for e in row["libs"].values()):
+        notes.append(
+            "'!' marks a result that failed the correctness check: leaves not the very objects "
+            "jax.tree_util returns, or a rebuilt tree (flatten's round trip, unflatten, map) "
+            "that jax.tree_util does not find equal to the input; ox/jax of such a row is "
+            "left out of the geomeans."
+        )
+    seen: set[str] = set()
+    for row in rows:
+        if row["workload"] in seen:
+            continue
+        seen.add(row["workload"])
+        counts = {lib: e.get("num_leaves") for lib, e in row["libs"].items()}
+        ox = counts.get("oxtree")
+        if isinstance(ox, int) and ox != row["leaves"]:
+            noun = "leaf" if ox == 1 else "leaves"
+            notes.append(
+                f"  {row['workload']}: oxtree.tree_util sees {ox} {noun} where jax.tree_util "
+                f"sees {row['leaves']}"
+            )
+        elif isinstance(ox, str):
+            notes.append(f"  {row['workload']}: oxtree.tree_util.tree_leaves raised {ox}")
+    for row in rows:
+        for lib, e in row["libs"].items():
+            if "error" in e:
+                notes.append(f"  {row['workload']}/{row['op']}/{lib}: {e['error']}")
+    by_why: dict[str, list[str]] = {}
+    for wname, why in group["skipped"].items():
+        by_why.setdefault(why, []).append(wname)
+    notes += [f"{', '.join(names)} skipped: {why}" for why, names in by_why.items()]
+    if rows:
+        notes.append(
+            "The oxtree column calls oxtree.tree_util whatever --face says; jax.tree_util's "
+            "answers are the reference."
+        )
+    meta = results["meta"]
+    versions = ", ".join(
+        f"{lib} {v}"
+        for lib, v in [*((lib, meta["libs"][lib]) for lib in libs), *group["versions"].items()]
+    )
+    lines += ["", f"{meta.get('stat', 'median')} of {meta['repeats']} repeats; {versions}", *notes]
+    return "\n".join(lines)
+
+
+def _leaf_count(entry: dict[str, Any] | None) -> str:
+    n = entry.get("num_leaves") if entry else None
+    return str(n) if isinstance(n, int) else "error"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Time oxtree, optree, jax.tree_util and dm-tree side by side."
     )
     parser.add_argument("--libs", help=f"comma-separated subset of: {','.join(LIBS)}")
-    parser.add_argument("--workloads", help=f"comma-separated subset of: {','.join(WORKLOADS)}")
+    parser.add_argument(
+        "--workloads",
+        help=f"comma-separated subset of: {','.join(WORKLOADS)}; and of the jax-registered "
+        f"group: {','.join(jax_registered.WORKLOADS)} ({JAX_GROUP}: all four)",
+    )
     parser.add_argument("--ops", help=f"comma-separated subset of: {','.join(OPS)}")
     parser.add_argument("--repeats", type=int, help="repeats per timing (default 7; quick: 3)")
     parser.add_argument(
@@ -1256,6 +1503,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.list:
         print("workloads:", ", ".join(WORKLOADS))
+        print(f"{JAX_GROUP}:", ", ".join(jax_registered.WORKLOADS))
         print("ops:      ", ", ".join(OPS))
         print("libs:     ", ", ".join(LIBS))
         print("faces:    ", ", ".join(FACES))
@@ -1278,11 +1526,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ValueError as e:
         parser.error(str(e))
-    print(format_table(results))
-    targets = format_targets(results)
-    if targets:
-        print()
-        print(targets)
+    sections = [format_table(results)] if results["rows"] else []
+    sections += filter(None, [format_targets(results), format_jax_registered(results)])
+    print("\n\n".join(sections))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
