@@ -108,6 +108,7 @@ if TYPE_CHECKING:  # what the lazily loaded names are, for type checkers
         register_dataclass,
         register_pytree_node,
         register_pytree_node_class,
+        use_jax_registry,
     )
     from oxtree.serialization import treespec_from_json, treespec_to_json
     from oxtree.treespec import (
@@ -202,7 +203,8 @@ _lazy(
 )
 _lazy(
     "registry",
-    "dict_insertion_ordered register_dataclass register_pytree_node register_pytree_node_class",
+    "dict_insertion_ordered register_dataclass register_pytree_node register_pytree_node_class "
+    "use_jax_registry",
 )
 _lazy(
     "types",
@@ -346,6 +348,7 @@ __all__ = [
     "tree_structure",
     "tree_unflatten",
     "dict_insertion_ordered",
+    "use_jax_registry",
     "tree_broadcast_map_with_accessor",
     "tree_transpose_map_with_accessor",
     "treespec_frozendict",

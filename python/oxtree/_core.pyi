@@ -266,6 +266,7 @@ def is_dict_insertion_ordered(
     namespace: str = "", inherit_global_namespace: bool = True
 ) -> bool: ...
 def set_dict_insertion_ordered(mode: bool, /, namespace: str = "") -> None: ...
+def _use_jax_registry(mode: bool, /) -> bool: ...
 def _tuple_kind(cls: object) -> PyTreeKind: ...
 def _tuple_fields(cls: type, /, *, unnamed: bool = False) -> list[str | None]: ...
 
@@ -348,6 +349,7 @@ def tree_flatten_with_keys(
     is_leaf_takes_path: bool = False,
     none_is_leaf: bool = False,
     namespace: str = "",
+    jax_registry: bool | None = None,
 ) -> tuple[list[tuple[tuple[Any, ...], Any]], PyTreeSpec]: ...
 def tree_leaves_with_path(
     tree: Any,
@@ -391,7 +393,22 @@ def _flatten_with_steps(
 jax_face: _types.ModuleType
 
 def _flatten_one_level(
-    tree: Any, /, *, none_is_leaf: bool = False, namespace: str = "", jax: bool = False
+    tree: Any,
+    /,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+    jax: bool = False,
+    jax_registry: bool | None = None,
+) -> tuple[list[Any], PyTreeSpec]: ...
+def _tree_flatten_jax_registry(
+    tree: Any,
+    /,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+    jax_registry: bool = True,
 ) -> tuple[list[Any], PyTreeSpec]: ...
 
 @final
@@ -424,6 +441,7 @@ def _broadcast_prefix(
     namespace: str = "",
     jax: bool = False,
     leaves: bool = False,
+    jax_registry: bool | None = None,
 ) -> Any: ...
 def _broadcast_common(
     trees: Iterable[Any],
@@ -505,6 +523,7 @@ def graph_flatten(
     is_leaf: Callable[[Any], bool] | None = None,
     none_is_leaf: bool = False,
     namespace: str = "",
+    jax_registry: bool | None = None,
 ) -> tuple[list[Any], GraphDef]: ...
 def graph_unflatten(graphdef: GraphDef, leaves: Iterable[Any]) -> Any: ...
 def _rebuild_graphdef(

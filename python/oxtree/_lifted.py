@@ -19,7 +19,8 @@ import jax.tree_util as jtu
 
 from oxtree import module as _module
 from oxtree._core import DictKey, SequenceKey, keystr
-from oxtree.graph import GraphDef, graph_flatten, graph_unflatten
+from oxtree.graph import GraphDef, graph_unflatten
+from oxtree.graph import _graph_flatten_jax as graph_flatten
 from oxtree.jax import (
     _Changes,
     _is_array_type,

@@ -31,6 +31,8 @@ the same under any ``PYTHONHASHSEED``.
 
 from __future__ import annotations
 
+import functools
+
 from oxtree._core import (
     GetAttrKey,
     GraphDef,
@@ -57,6 +59,10 @@ __all__ = [
     "graph_to_dict",
     "graph_unflatten",
 ]
+
+# `graph_flatten` for `oxtree.jax`, which reads JAX's registry as well as oxtree's: an equinox
+# module or a flax struct in a filtered transform's arguments is a node, as it is to JAX.
+_graph_flatten_jax = functools.partial(graph_flatten, jax_registry=True)
 
 # The pickle-state version and face `_rebuild_treespec` reads (see treespec/pickle.rs).
 _STATE_VERSION = 1

@@ -50,10 +50,9 @@ from oxtree._core import (
     _flatten_one_level,
     keystr,
     registered_types,
-    tree_flatten,
 )
-from oxtree.graph import GraphDef, graph_flatten, graph_unflatten
-from oxtree.ops import broadcast_prefix
+from oxtree.graph import GraphDef, graph_unflatten
+from oxtree.graph import _graph_flatten_jax as graph_flatten
 
 __all__ = [
     "register",
@@ -1022,8 +1021,10 @@ def partition(
         specs = [filter_spec] * len(leaves)
         unflatten = functools.partial(graph_unflatten, graphdef)
     else:
-        leaves, treespec = tree_flatten(tree, is_leaf, namespace=namespace)
-        specs = broadcast_prefix(filter_spec, tree, is_leaf, namespace=namespace)
+        leaves, treespec = _core._tree_flatten_jax_registry(tree, is_leaf, namespace=namespace)
+        specs = _core._broadcast_prefix(
+            filter_spec, tree, is_leaf, namespace=namespace, leaves=True, jax_registry=True
+        )
         unflatten = treespec.unflatten
     mask = [_select(spec, leaf) for spec, leaf in zip(specs, leaves, strict=True)]
     return (
@@ -1072,7 +1073,9 @@ def combine(*trees: Any, is_leaf: Callable[[Any], bool] | None = None, namespace
     if any(graphdef != graphs[0][1] for _, graphdef in graphs[1:]):
         # The same tree structure may still differ in what is shared (a tree_map result shares
         # nothing; a constant tuple written twice is one object): merge as trees then.
-        flats = [tree_flatten(t, leaf_or_none, namespace=namespace) for t in trees]
+        flats = [
+            _core._tree_flatten_jax_registry(t, leaf_or_none, namespace=namespace) for t in trees
+        ]
         for i, (_, spec) in enumerate(flats[1:], 1):
             if spec != flats[0][1]:
                 raise ValueError(

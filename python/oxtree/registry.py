@@ -41,6 +41,7 @@ __all__ = [
     "register_static",
     "registered_types",
     "unregister_pytree_node",
+    "use_jax_registry",
 ]
 
 
@@ -553,3 +554,24 @@ def dict_insertion_ordered(mode: bool, /, *, namespace: str = GLOBAL_NAMESPACE) 
 
 # Makes reading the previous mode and setting the new one one step for each thread.
 _MODE_LOCK = threading.Lock()
+
+
+def use_jax_registry(mode: bool = True, /) -> bool:
+    """Makes the main face read JAX's registry too (``mode=True``) or not; returns the
+    previous setting.
+
+    The main face follows optree: a type registered with JAX alone (an equinox module, a
+    ``flax.struct`` dataclass, ``jax.tree_util.Partial``) is a leaf to it, as to optree. With
+    the switch on, such a type is a node to every call of the main face, with JAX's children,
+    aux data and keys, as it always is to ``oxtree.tree_util``, ``oxtree.tree`` and
+    ``oxtree.jax``. oxtree's own registrations still come first. The setting is
+    process-wide; JAX is never imported because of it.
+
+    >>> import oxtree
+    >>> previous = use_jax_registry(True)
+    >>> use_jax_registry(previous)
+    True
+    """
+    if not isinstance(mode, bool):
+        raise TypeError(f"use_jax_registry expects a bool, got {type(mode).__name__}")
+    return _core._use_jax_registry(mode)

@@ -206,6 +206,7 @@ COVERED_ELSEWHERE = {
 }
 TAKE_NO_TREE = {
     "dict_insertion_ordered",
+    "use_jax_registry",
     "is_namedtuple",
     "is_namedtuple_class",
     "is_namedtuple_instance",

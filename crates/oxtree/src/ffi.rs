@@ -303,10 +303,24 @@ pub fn sequence_list<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList
 /// What `leaf_items` tells about each item: its type's address (compared, never
 /// dereferenced by the caller), its type's flags, and whether it is None.
 #[derive(Clone, Copy)]
-pub struct ItemType {
+pub struct ItemType<'a> {
     pub ty: *mut sys::PyTypeObject,
     pub flags: c_ulong,
     pub is_none: bool,
+    /// Made only by `all_item_types`, for one call of its callback, while the item (so its
+    /// type) is alive.
+    live: std::marker::PhantomData<&'a ()>,
+}
+
+impl ItemType<'_> {
+    /// The type's `tp_version_tag` (see `types::valid_tag`), read only when asked: most
+    /// items are decided by their type's address.
+    #[inline]
+    pub fn tag(&self) -> u32 {
+        // SAFETY: an `ItemType` lives no longer than its callback call (`live`), during which
+        // the item holds its type alive; the tag is plain data.
+        unsafe { (*self.ty).tp_version_tag }
+    }
 }
 
 /// Whether `accept` holds for the type of every item of `seq`, an exact tuple or list, read
@@ -314,7 +328,10 @@ pub struct ItemType {
 /// length and item array are read again for each item, so a list changed meanwhile is read
 /// as it is now, never past its end.
 #[inline]
-pub fn all_item_types(seq: &Bound<'_, PyAny>, mut accept: impl FnMut(ItemType) -> bool) -> bool {
+pub fn all_item_types(
+    seq: &Bound<'_, PyAny>,
+    mut accept: impl FnMut(ItemType<'_>) -> bool,
+) -> bool {
     let ptr = seq.as_ptr();
     // SAFETY: the address of the None singleton, compared only.
     let none = unsafe { sys::Py_None() };
@@ -353,6 +370,7 @@ pub fn all_item_types(seq: &Bound<'_, PyAny>, mut accept: impl FnMut(ItemType) -
             ty,
             flags,
             is_none: item == none,
+            live: std::marker::PhantomData,
         }) {
             return false;
         }

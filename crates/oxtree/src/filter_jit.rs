@@ -189,7 +189,8 @@ impl FilterJitCore {
         roots.extend(args.iter());
         roots.extend(kwargs.map(|k| k.clone().into_any()));
         let has_kwargs = kwargs.is_some();
-        let opts = Options::new(None, false, &me.namespace);
+        // `oxtree.jax` follows JAX's registry too: an equinox module is a node, as to JAX.
+        let opts = Options::new(None, false, &me.namespace).with_jax_registry(Some(true));
         let (leaves, gd) = graph::flatten_roots(py, &roots, &opts)?;
         let last = me.last().clone();
         let (known, classify) = (me.known.bind(py), me.classify.bind(py));

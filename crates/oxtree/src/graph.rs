@@ -367,16 +367,17 @@ fn node_type_name(py: Python<'_>, node: &Node) -> String {
 /// >>> out['a'] is out['b']
 /// True
 #[pyfunction]
-#[pyo3(signature = (*roots, is_leaf = None, none_is_leaf = false, namespace = ""))]
+#[pyo3(signature = (*roots, is_leaf = None, none_is_leaf = false, namespace = "", jax_registry = None))]
 pub fn graph_flatten<'py>(
     py: Python<'py>,
     roots: &Bound<'py, PyTuple>,
     is_leaf: Option<&Bound<'py, PyAny>>,
     none_is_leaf: bool,
     namespace: &str,
+    jax_registry: Option<bool>,
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, GraphDef>)> {
     walk::check_is_leaf(is_leaf)?;
-    let opts = Options::new(is_leaf, none_is_leaf, namespace);
+    let opts = Options::new(is_leaf, none_is_leaf, namespace).with_jax_registry(jax_registry);
     let roots: Vec<Bound<'py, PyAny>> = roots.iter().collect();
     let (leaves, gd) = flatten_roots(py, &roots, &opts)?;
     Ok((walk::list_from_vec(py, leaves), gd))

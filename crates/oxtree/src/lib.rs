@@ -8,6 +8,7 @@ mod face;
 mod ffi;
 mod filter_jit;
 mod graph;
+mod jax_registry;
 mod key_classes;
 mod kind;
 mod path_text;
@@ -32,10 +33,10 @@ mod _core {
     // The main face: optree's names and signatures, dicts rebuilt in insertion order.
     #[pymodule_export]
     use crate::face::optree::{
-        _flatten_one_level, _flatten_with_steps, all_leaves, tree_flatten, tree_flatten_with_keys,
-        tree_flatten_with_path, tree_is_leaf, tree_leaves, tree_leaves_with_path, tree_map,
-        tree_map_, tree_map_with_keys, tree_map_with_path, tree_paths, tree_structure,
-        tree_unflatten,
+        _flatten_one_level, _flatten_with_steps, _tree_flatten_jax_registry, all_leaves,
+        tree_flatten, tree_flatten_with_keys, tree_flatten_with_path, tree_is_leaf, tree_leaves,
+        tree_leaves_with_path, tree_map, tree_map_, tree_map_with_keys, tree_map_with_path,
+        tree_paths, tree_structure, tree_unflatten,
     };
 
     // Treespecs, and the function their pickles call to rebuild one.
@@ -49,6 +50,10 @@ mod _core {
         register_pytree_node, register_static, registered_types, set_dict_insertion_ordered,
         unregister_pytree_node,
     };
+
+    // Whether the main face reads JAX's registry too (`oxtree.use_jax_registry`).
+    #[pymodule_export]
+    use crate::jax_registry::_use_jax_registry;
 
     // How the core classifies tuple subclasses (namedtuple, struct sequence).
     #[pymodule_export]

@@ -1,7 +1,7 @@
 //! Every call from the core back into oxtree's own Python modules. Each is a feature written in
 //! Python that a core object offers (a method of `PyTreeSpec`, a check against a Python class);
-//! it is looked up by name when it is used, never on a walk, so importing `oxtree._core`
-//! imports none of these modules. `docs/architecture.md` gives the reason for each.
+//! it is looked up by name when it is used (on a walk only to ask JAX's registry about a type
+//! met for the first time), so importing `oxtree._core` imports none of these modules. `docs/architecture.md` gives the reason for each.
 
 use pyo3::prelude::*;
 
@@ -19,6 +19,10 @@ pub enum Plugin {
     TreespecToJson,
     /// `oxtree.pretty.treespec_html`: `PyTreeSpec._repr_html_()`, the notebook view.
     TreespecHtml,
+    /// `oxtree._jax_registry.describe`: how JAX's own registry takes a type apart, asked once
+    /// per type by the walks that read JAX's registry (`jax_registry`; JAX's registry is made
+    /// of JAX's Python objects).
+    JaxDescribe,
 }
 
 impl Plugin {
@@ -28,6 +32,7 @@ impl Plugin {
             Plugin::AccessorsFromSteps => ("oxtree.accessors", "_from_steps"),
             Plugin::TreespecToJson => ("oxtree.serialization", "treespec_to_json"),
             Plugin::TreespecHtml => ("oxtree.pretty", "treespec_html"),
+            Plugin::JaxDescribe => ("oxtree._jax_registry", "describe"),
         }
     }
 

@@ -37,6 +37,10 @@ pub enum Rule {
         /// keyword names of a vectorcall of `__init__`): their names unless registered with
         /// other `init_names`.
         kwnames: Py<PyTuple>,
+        /// The data fields' keys in key paths, when they are not oxtree's `GetAttrKey`s: a
+        /// class registered with JAX's `register_dataclass` (see `jax_registry`) gets JAX's
+        /// own key objects, as `jax.tree_util` gives them.
+        keys: Option<Box<[Py<PyAny>]>>,
     },
     /// A leafless node whose value (hashable) lives in the treedef.
     Static,
@@ -57,6 +61,18 @@ pub struct Registration {
 static SERIAL: AtomicU64 = AtomicU64::new(0);
 
 impl Registration {
+    /// A registration that lives outside the registry's tables (JAX's rules for a type JAX
+    /// registers: `jax_registry`), in the global namespace, with no `path_entry_type`.
+    pub fn outside(ty: Py<PyType>, rule: Rule) -> Registration {
+        Registration {
+            ty,
+            rule,
+            namespace: String::new(),
+            path_entry_type: None,
+            serial: SERIAL.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
     /// The type's `__name__`, for messages and reprs.
     pub fn name(&self, py: Python<'_>) -> String {
         self.ty
@@ -511,6 +527,7 @@ pub fn _register_dataclass_fields<'py>(
         meta,
         call_init,
         kwnames,
+        keys: None,
     };
     insert(ty, rule, &namespace, path_entry_type)?;
     Ok(cls.clone())

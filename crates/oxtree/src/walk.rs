@@ -264,12 +264,13 @@ pub fn is_leaf_impl(
             return Ok(true);
         }
     }
-    Ok(registry::with_registry(|reg| {
-        matches!(
-            flatten::classify(tree, none_is_leaf, reg, namespace, face),
+    let jax = face == Face::Jax || crate::jax_registry::main_face_reads();
+    registry::with_registry(|reg| {
+        Ok(matches!(
+            flatten::classify(tree, none_is_leaf, reg, namespace, face, jax)?,
             Class::Leaf
-        )
-    }))
+        ))
+    })
 }
 
 /// Whether every item of `iterable` is a leaf.

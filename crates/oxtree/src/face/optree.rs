@@ -213,17 +213,19 @@ pub fn tree_paths<'py>(
 /// >>> pairs
 /// [((DictKey(key='a'), SequenceKey(idx=0)), 1)]
 #[pyfunction]
-#[pyo3(signature = (tree, /, is_leaf = None, *, is_leaf_takes_path = false, none_is_leaf = false, namespace = ""))]
+#[pyo3(signature = (tree, /, is_leaf = None, *, is_leaf_takes_path = false, none_is_leaf = false, namespace = "", jax_registry = None))]
 pub fn tree_flatten_with_keys<'py>(
     tree: &Bound<'py, PyAny>,
     is_leaf: Option<&Bound<'py, PyAny>>,
     is_leaf_takes_path: bool,
     none_is_leaf: bool,
     namespace: &str,
+    jax_registry: Option<bool>,
 ) -> PyResult<(Bound<'py, PyList>, PyTreeSpec)> {
     walk::keyed_pairs_impl(
         tree,
-        &path_opts(is_leaf, is_leaf_takes_path, none_is_leaf, namespace),
+        &path_opts(is_leaf, is_leaf_takes_path, none_is_leaf, namespace)
+            .with_jax_registry(jax_registry),
     )
 }
 
@@ -312,13 +314,29 @@ pub fn _flatten_with_steps<'py>(
 /// Python layers use to take a node apart (accessors, `tree_set`, `tree_flatten_one_level`,
 /// treespec constructors, JAX's `flatten_one_level`), with no Python call per child.
 #[pyfunction]
-#[pyo3(signature = (tree, /, *, none_is_leaf = false, namespace = "", jax = false))]
+#[pyo3(signature = (tree, /, *, none_is_leaf = false, namespace = "", jax = false, jax_registry = None))]
 pub fn _flatten_one_level<'py>(
     tree: &Bound<'py, PyAny>,
     none_is_leaf: bool,
     namespace: &str,
     jax: bool,
+    jax_registry: Option<bool>,
 ) -> PyResult<(Bound<'py, PyList>, PyTreeSpec)> {
-    let opts = Options::on_face(None, none_is_leaf, namespace, jax);
+    let opts = Options::on_face(None, none_is_leaf, namespace, jax).with_jax_registry(jax_registry);
     walk::one_level_impl(tree, &opts)
+}
+
+/// `tree_flatten` of the main face for `oxtree.jax`, which reads JAX's registry too (or as
+/// `jax_registry` says): optree's dict order and namespaces, JAX's registered types as nodes.
+#[pyfunction]
+#[pyo3(signature = (tree, /, is_leaf = None, *, none_is_leaf = false, namespace = "", jax_registry = true))]
+pub fn _tree_flatten_jax_registry<'py>(
+    tree: &Bound<'py, PyAny>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+    jax_registry: bool,
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyTreeSpec>)> {
+    let opts = Options::new(is_leaf, none_is_leaf, namespace).with_jax_registry(Some(jax_registry));
+    walk::flatten_impl(tree, &opts)
 }

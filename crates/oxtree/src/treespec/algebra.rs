@@ -34,13 +34,23 @@ pub fn _node_kind<'py>(
     let py = cls.py();
     let kind = match cls.cast::<PyType>() {
         Ok(ty) => registry::with_registry(|reg| {
-            match flatten::classify_type(ty, none_is_leaf, reg, namespace, Face::of(jax)) {
-                Class::Leaf => Kind::Leaf,
-                Class::NoneNode => Kind::None,
-                Class::Node(kind) => kind,
-                Class::Custom(_) => Kind::Custom,
-            }
-        }),
+            let reads_jax = jax || crate::jax_registry::main_face_reads();
+            Ok::<_, PyErr>(
+                match flatten::classify_type(
+                    ty,
+                    none_is_leaf,
+                    reg,
+                    namespace,
+                    Face::of(jax),
+                    reads_jax,
+                )? {
+                    Class::Leaf => Kind::Leaf,
+                    Class::NoneNode => Kind::None,
+                    Class::Node(kind) => kind,
+                    Class::Custom(_) => Kind::Custom,
+                },
+            )
+        })?,
         Err(_) => Kind::Leaf,
     };
     kind.to_py(py)
@@ -150,7 +160,7 @@ fn leaves_of<'py>(
 /// >>> _broadcast_prefix((1, 2), ([3, 4], {'a': 5}), leaves=True)
 /// [1, 1, 2]
 #[pyfunction]
-#[pyo3(signature = (prefix_tree, full_tree, /, is_leaf = None, *, none_is_leaf = false, namespace = "", jax = false, leaves = false))]
+#[pyo3(signature = (prefix_tree, full_tree, /, is_leaf = None, *, none_is_leaf = false, namespace = "", jax = false, leaves = false, jax_registry = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn _broadcast_prefix<'py>(
     prefix_tree: &Bound<'py, PyAny>,
@@ -160,9 +170,11 @@ pub fn _broadcast_prefix<'py>(
     namespace: &str,
     jax: bool,
     leaves: bool,
+    jax_registry: Option<bool>,
 ) -> PyResult<Bound<'py, PyAny>> {
     check_is_leaf(is_leaf)?;
-    let opts = Options::on_face(is_leaf, none_is_leaf, namespace, jax);
+    let opts =
+        Options::on_face(is_leaf, none_is_leaf, namespace, jax).with_jax_registry(jax_registry);
     registry::with_registry(|reg| broadcast(prefix_tree, full_tree, &opts, leaves, reg))
 }
 

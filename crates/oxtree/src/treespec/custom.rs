@@ -382,6 +382,7 @@ pub fn unflatten<'py>(
             meta,
             call_init,
             kwnames,
+            ..
         } => {
             let ty = reg.ty.bind(py);
             let meta_values = aux.cast::<PyTuple>()?;

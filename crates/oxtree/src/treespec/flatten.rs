@@ -177,14 +177,17 @@ pub enum Class<'a> {
     Custom(&'a Arc<Registration>),
 }
 
-/// Classifies an object whose type is not exactly tuple, list, dict or NoneType.
+/// Classifies an object whose type is not exactly tuple, list, dict or NoneType. With
+/// `jax`, a type JAX registers and oxtree does not is a registered node with JAX's rule
+/// (`jax_registry`); asking JAX is the only way this can fail.
 #[inline]
 pub fn classify_other<'a>(
     obj: &Bound<'_, PyAny>,
     registry: &'a Registry,
     namespace: &str,
     face: Face,
-) -> Class<'a> {
+    jax: bool,
+) -> PyResult<Class<'a>> {
     classify_other_type(
         obj.py(),
         obj.get_type_ptr(),
@@ -193,6 +196,7 @@ pub fn classify_other<'a>(
         registry,
         namespace,
         face,
+        jax,
     )
 }
 
@@ -204,20 +208,21 @@ pub fn classify_type<'a>(
     registry: &'a Registry,
     namespace: &str,
     face: Face,
-) -> Class<'a> {
+    jax: bool,
+) -> PyResult<Class<'a>> {
     let py = ty.py();
     if ty.is(py.get_type::<PyTuple>()) {
-        Class::Node(Kind::Tuple)
+        Ok(Class::Node(Kind::Tuple))
     } else if ty.is(py.get_type::<PyList>()) {
-        Class::Node(Kind::List)
+        Ok(Class::Node(Kind::List))
     } else if ty.is(py.get_type::<PyDict>()) {
-        Class::Node(Kind::Dict)
+        Ok(Class::Node(Kind::Dict))
     } else if ty.is(py.None().bind(py).get_type()) {
-        if none_is_leaf {
+        Ok(if none_is_leaf {
             Class::Leaf
         } else {
             Class::NoneNode
-        }
+        })
     } else {
         classify_other_type(
             py,
@@ -227,6 +232,7 @@ pub fn classify_type<'a>(
             registry,
             namespace,
             face,
+            jax,
         )
     }
 }
@@ -235,6 +241,7 @@ pub fn classify_type<'a>(
 /// `classify_type`); `bound` makes it a Python object, only for tuple subclasses: the walk's
 /// path takes no reference otherwise.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)] // the type's facts, lazily, and the walk's options
 fn classify_other_type<'a, 'py>(
     py: Python<'py>,
     ty: *mut ffi::PyTypeObject,
@@ -243,15 +250,40 @@ fn classify_other_type<'a, 'py>(
     registry: &'a Registry,
     namespace: &str,
     face: Face,
-) -> Class<'a> {
+    jax: bool,
+) -> PyResult<Class<'a>> {
     if registry.scalar_leaf(ty) {
-        return Class::Leaf;
+        return Ok(Class::Leaf);
     }
     if !registry.is_empty() {
         if let Some(reg) = registry.lookup(ty, namespace) {
-            return Class::Custom(reg);
+            return Ok(Class::Custom(reg));
         }
     }
+    let c = types::collections(py);
+    // OrderedDict and defaultdict, which JAX registers, are nodes of their own kinds here.
+    if jax && ty != c.ordered_dict.as_ptr().cast() && ty != c.default_dict.as_ptr().cast() {
+        // Before the namedtuple check, as in JAX: a registration comes first.
+        let bound = bound();
+        if let Some(reg) = crate::jax_registry::node(&bound)? {
+            return Ok(Class::Custom(reg));
+        }
+        return Ok(builtin_class(py, ty, flags, || bound, face));
+    }
+    Ok(builtin_class(py, ty, flags, bound, face))
+}
+
+/// What the walk makes of a type that is no registered node: one of the builtin node kinds
+/// oxtree knows by type (namedtuples, struct sequences, the collections mappings, deque), or
+/// a leaf.
+#[inline(always)]
+fn builtin_class<'a, 'py>(
+    py: Python<'py>,
+    ty: *mut ffi::PyTypeObject,
+    flags: impl FnOnce() -> std::os::raw::c_ulong,
+    bound: impl FnOnce() -> Bound<'py, pyo3::types::PyType>,
+    face: Face,
+) -> Class<'a> {
     let flags = flags();
     if flags & ffi::Py_TPFLAGS_TUPLE_SUBCLASS != 0 {
         let kind = types::tuple_subclass_kind(&bound());
@@ -285,21 +317,22 @@ pub fn classify<'a>(
     registry: &'a Registry,
     namespace: &str,
     face: Face,
-) -> Class<'a> {
+    jax: bool,
+) -> PyResult<Class<'a>> {
     if obj.is_exact_instance_of::<PyTuple>() {
-        Class::Node(Kind::Tuple)
+        Ok(Class::Node(Kind::Tuple))
     } else if obj.is_exact_instance_of::<PyList>() {
-        Class::Node(Kind::List)
+        Ok(Class::Node(Kind::List))
     } else if obj.is_exact_instance_of::<PyDict>() {
-        Class::Node(Kind::Dict)
+        Ok(Class::Node(Kind::Dict))
     } else if obj.is_none() {
-        if none_is_leaf {
+        Ok(if none_is_leaf {
             Class::Leaf
         } else {
             Class::NoneNode
-        }
+        })
     } else {
-        classify_other(obj, registry, namespace, face)
+        classify_other(obj, registry, namespace, face, jax)
     }
 }
 
@@ -339,6 +372,8 @@ pub struct Flattener<
     /// Ask custom nodes for their keys (JAX's `flatten_with_keys`) while walking.
     with_keys: bool,
     face: Face,
+    /// Read JAX's registry for types oxtree does not register (`jax_registry`).
+    jax: bool,
     /// optree's `dict_insertion_ordered` mode for this walk's namespace: dicts and
     /// defaultdicts keep their insertion order, as OrderedDicts do (optree's face only).
     insertion_ordered: bool,
@@ -383,6 +418,7 @@ impl<
             next_cycle_check: FIRST_CYCLE_CHECK,
             with_keys: false,
             face: Face::Optree,
+            jax: false,
             insertion_ordered: registry.dict_insertion_ordered(namespace),
             leaf_types: [None, None],
             last_custom: None,
@@ -610,7 +646,7 @@ impl<
         }
         let class = match self.last_custom {
             Some((t, reg)) if t == obj.get_type_ptr() => Class::Custom(reg),
-            _ => classify_other(&obj, self.registry, self.namespace, self.face),
+            _ => classify_other(&obj, self.registry, self.namespace, self.face, self.jax)?,
         };
         if !matches!(class, Class::Leaf) && self.seen_before(&obj) {
             return Ok(());
@@ -1488,6 +1524,9 @@ pub struct Options<'a, 'py> {
     /// Ask custom nodes for their keys while walking.
     pub with_keys: bool,
     pub face: Face,
+    /// Read JAX's registry too (`jax_registry`), as the JAX face always does: `oxtree.jax`,
+    /// and the main face once `use_jax_registry` turns it on.
+    pub jax_registry: bool,
 }
 
 impl<'a, 'py> Options<'a, 'py> {
@@ -1503,7 +1542,23 @@ impl<'a, 'py> Options<'a, 'py> {
             namespace,
             with_keys: false,
             face: Face::Optree,
+            jax_registry: crate::jax_registry::main_face_reads(),
         }
+    }
+
+    /// These options with JAX's registry read or not as a call's `jax_registry=` says (None:
+    /// as `use_jax_registry` set it).
+    pub fn with_jax_registry(self, jax_registry: Option<bool>) -> Self {
+        Options {
+            jax_registry: jax_registry.unwrap_or(self.jax_registry),
+            ..self
+        }
+    }
+
+    /// Whether the walk reads JAX's registry for types oxtree does not register.
+    #[inline]
+    pub fn reads_jax(&self) -> bool {
+        self.jax_registry || self.face == Face::Jax
     }
 
     /// [`Options::new`] for the face a `jax=` flag names.
@@ -1530,6 +1585,7 @@ fn run_with<'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const L
         Flattener::<P, NONE_LEAF, NODES, LEAVES>::new(tree.py(), pred, registry, opts.namespace);
     f.with_keys = opts.with_keys;
     f.face = opts.face;
+    f.jax = opts.reads_jax();
     f.run(tree)
 }
 
@@ -1550,6 +1606,7 @@ fn run_graph_with<'py, P: Pred<'py>, const NONE_LEAF: bool>(
     let mut f =
         Flattener::<P, NONE_LEAF, true, true, true>::new(py, pred, registry, opts.namespace);
     f.face = opts.face;
+    f.jax = opts.reads_jax();
     f.presize();
     let mut stack = take_stack();
     let walked = roots.iter().try_for_each(|root| f.walk(root, &mut stack));
@@ -1659,6 +1716,12 @@ fn leaf_sequence(
     };
     // `collections` is imported when the module loads (never here: that would run Python).
     let deque = types::collections_if_ready(tree.py())?.deque.as_ptr();
+    // JAX's registry: only types known not to be JAX nodes (JAX's size read once).
+    let jax_size = opts
+        .reads_jax()
+        .then(|| crate::jax_registry::size(tree.py()));
+    // The last type found to be no JAX node: items of one type come in runs.
+    let mut not_jax: *mut ffi::PyTypeObject = std::ptr::null_mut();
     // Nothing below runs Python code, so the list cannot change while it is looked at.
     let plain = |item: crate::ffi::ItemType| {
         if registry.scalar_leaf(item.ty) {
@@ -1674,6 +1737,12 @@ fn leaf_sequence(
             == 0
             && item.ty.cast() != deque
             && (registry.is_empty() || registry.lookup(item.ty, opts.namespace).is_none())
+            && jax_size.is_none_or(|size| {
+                let known = item.ty == not_jax
+                    || crate::jax_registry::known_leaf(item.ty, item.flags, item.tag(), size);
+                not_jax = if known { item.ty } else { std::ptr::null_mut() };
+                known
+            })
     };
     crate::ffi::all_item_types(tree, plain).then_some((kind, n))
 }

@@ -223,6 +223,14 @@ pub fn child_key<'py>(
                 }
                 return flattened_key(py, entry);
             }
+            if let Some(crate::registry::Rule::Dataclass {
+                keys: Some(keys), ..
+            }) = node.custom().map(|reg| &reg.rule)
+            {
+                if let Some(key) = keys.get(j) {
+                    return Ok(key.bind(py).clone());
+                }
+            }
             if let Some(name) = field_name(py, node, j)? {
                 return shared_key(py, &ATTR_KEYS, name.into_any(), |n| {
                     let name = n.cast_into::<PyString>()?.unbind();

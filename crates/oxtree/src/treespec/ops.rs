@@ -657,18 +657,23 @@ pub fn from_jax_node_data(
         n
     } else {
         let reg = crate::registry::snapshot();
-        let found = reg.lookup(ty.as_ptr().cast(), "").ok_or_else(|| {
+        // The JAX face: a type JAX registers is a node here as in its walks.
+        let found = match reg.lookup(ty.as_ptr().cast(), "") {
+            Some(found) => Some(found.clone()),
+            None => crate::jax_registry::lookup_for_load(ty)?,
+        };
+        let found = found.ok_or_else(|| {
             bad(format!(
                 "{} is not a registered pytree node type",
                 ty.name().map(|n| n.to_string()).unwrap_or_default()
             ))
         })?;
-        if let Some(why) = super::custom::misfit(py, found, arity, &data, None) {
+        if let Some(why) = super::custom::misfit(py, &found, arity, &data, None) {
             return Err(bad(why));
         }
         let mut n = Node::bare(Kind::Custom, arity, 0, 0);
         n.data = Some(data.unbind());
-        registration = Some(found.clone());
+        registration = Some(found);
         n
     };
     node.num_leaves = arity;

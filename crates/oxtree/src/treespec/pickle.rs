@@ -320,13 +320,18 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
                 let ty = custom_type
                     .cast::<PyType>()
                     .map_err(|_| bad(format!("node {i}: a custom node needs its type")))?;
-                let found =
-                    registry::lookup_for_load(ty.as_ptr().cast(), &namespace).ok_or_else(|| {
-                        bad(format!(
-                            "node {i}: {} is not a registered pytree node type in this process",
-                            ty.name().map(|n| n.to_string()).unwrap_or_default()
-                        ))
-                    })?;
+                // Then JAX's registry: a node a walk reading it made (reading it runs none
+                // of the type's code).
+                let found = match registry::lookup_for_load(ty.as_ptr().cast(), &namespace) {
+                    Some(found) => Some(found),
+                    None => crate::jax_registry::lookup_for_load(ty)?,
+                };
+                let found = found.ok_or_else(|| {
+                    bad(format!(
+                        "node {i}: {} is not a registered pytree node type in this process",
+                        ty.name().map(|n| n.to_string()).unwrap_or_default()
+                    ))
+                })?;
                 if let Some(why) = super::custom::misfit(
                     py,
                     &found,

@@ -172,6 +172,7 @@ pub fn prefix_errors<'py>(
         namespace: opts.namespace,
         with_keys: face == Face::Jax,
         face,
+        jax_registry: opts.jax_registry,
     };
     // Key paths share their parents' entries: (parent, entry) per visited node.
     let mut trail: Vec<(usize, String)> = Vec::new();

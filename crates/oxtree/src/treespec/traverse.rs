@@ -143,7 +143,8 @@ fn node_children<'py>(
         Kind::Dict | Kind::OrderedDict | Kind::DefaultDict => {
             // Under optree's rules any of the three mapping kinds matches any other with the
             // same keys (JAX wants the same type); values are taken in the treespec's order.
-            let ok = match super::flatten::classify(obj, false, registry, "", face) {
+            // A mapping kind is known by type alone: JAX's registry is not asked.
+            let ok = match super::flatten::classify(obj, false, registry, "", face, false)? {
                 super::flatten::Class::Node(k) => {
                     k.is_mapping() && (face == Face::Optree || k == node.kind)
                 }
