@@ -61,6 +61,8 @@ __all__ = [
     "tree_map_with_path",
     "tree_map_with_keys",
     "_flatten_with_steps",
+    "_tree_flatten_jax_registry",
+    "_use_jax_registry",
     "jax_face",
     "_flatten_one_level",
     "PrefixError",
