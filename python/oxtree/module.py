@@ -5,7 +5,10 @@ has a :class:`Kind`: ``PARAMETER`` and ``STATE`` attributes hold the leaves, ``M
 attributes hold submodules (flattened in turn), and every other attribute (``OTHERS``) is
 configuration kept in the treedef. Kinds come from ``register_parameter`` /
 ``register_state`` / ``register_module``, from annotations (``weight: Parameter``), or, for a
-Module (or a list, tuple or dict of Modules) assigned to an attribute, by themselves.
+Module (or a list, tuple or dict of Modules) assigned to an attribute, by themselves; a pytree
+that JAX registers and oxtree does not (an equinox module, a flax struct, an NNX State)
+assigned to an attribute is a ``PARAMETER`` by itself, its arrays the module's leaves to JAX,
+to ``oxtree.jax`` and to the module's methods.
 
 >>> import oxtree
 >>> class Counter(Module):
@@ -39,11 +42,17 @@ from typing import Annotated, Any, Self, TypeVar
 
 from oxtree import _jax_hook
 from oxtree._core import (
+    FlattenedIndexKey,
     GetAttrKey,
+    PyTreeKind,
+    _node_kind,
     _set_module_hooks,
+    _tree_flatten_jax_registry,
     graph_flatten,
     graph_unflatten,
     register_pytree_node,
+    registered_types,
+    tree_flatten_with_keys,
     tree_leaves,
     tree_map,
 )
@@ -468,10 +477,16 @@ def __getattr__(name: str) -> Any:
 
 # What JAX calls to flatten a module: its graph, with None as a leaf so that a module and its
 # gradient (None where nothing is differentiated) have equal aux data; JAX then sees each None
-# child as its own None. A partial of the core function: no Python frame per call.
+# child as its own None. The graph reads JAX's registry, so the arrays of an equinox module or
+# a flax struct held by the module are its children and a tie inside one is kept. A partial of
+# the core function: no Python frame per call.
 _graph_children: Callable[[Module], tuple[list[Any], Any]] = functools.partial(
-    graph_flatten, none_is_leaf=True
+    graph_flatten, none_is_leaf=True, jax_registry=True
 )
+
+# How a module's own methods (update, select, state_dict, load_state_dict) see its graph: as
+# JAX sees it, so their leaves and key paths are those of JAX's transforms and of orbax.
+_module_graph: Callable[[Any], tuple[list[Any], Any]] = _graph_children
 
 
 def _graph_children_with_keys(m: Module) -> tuple[list[tuple[Any, Any]], Any]:
@@ -479,7 +494,59 @@ def _graph_children_with_keys(m: Module) -> tuple[list[tuple[Any, Any]], Any]:
     # Every key is a ModulePath, a one-step path too: tools that rebuild a tree from its key
     # paths (orbax) expect the children of one node to have keys of one type.
     module_path = _module_path_type()
-    return [(module_path(p), leaf) for p, leaf in zip(gd.paths(), leaves, strict=True)], gd
+    paths = _graph_paths(m, gd)
+    return [(module_path(p), leaf) for p, leaf in zip(paths, leaves, strict=True)], gd
+
+
+def _below_root(path: tuple[Any, ...], _: Any) -> bool:
+    return len(path) > 0
+
+
+def _graph_paths(root: Any, gd: Any) -> list[tuple[Any, ...]]:
+    """The key path of each leaf of ``root``'s graph (``gd``), with JAX's own keys where the
+    graph has flat indices: a graph records the children of a node that JAX registers (an
+    equinox module, an NNX State) by position, and JAX names them (``.weight``) only when
+    asked for keys, so each such node is asked once here. Paths without flat indices (those
+    of oxtree's own nodes, a flax struct's fields) come back as they are."""
+    paths = gd.paths()
+    if not any(type(entry) is FlattenedIndexKey for path in paths for entry in path):
+        return paths  # type: ignore[no-any-return]
+    named: dict[int, tuple[Any, list[tuple[Any, Any]]]] = {}  # id -> (node, its keyed children)
+    out = []
+    for path in paths:
+        node, new = root, []
+        for step, entry in enumerate(path):
+            try:
+                if type(entry) is FlattenedIndexKey and not isinstance(node, Module):
+                    found = named.get(id(node))
+                    if found is None:
+                        pairs, _ = tree_flatten_with_keys(
+                            node,
+                            _below_root,
+                            is_leaf_takes_path=True,
+                            none_is_leaf=True,
+                            jax_registry=True,
+                        )
+                        found = named[id(node)] = (node, [(p[0], child) for p, child in pairs])
+                    entry, node = found[1][entry.key]
+                else:
+                    node = _child_at(node, entry)
+            except Exception:  # a step that cannot be followed (an optree entry that is no
+                new.extend(path[step:])  # position, say): the rest stays as the graph has it
+                break
+            new.append(entry)
+        out.append(tuple(new))
+    return out
+
+
+def _child_at(node: Any, entry: Any) -> Any:
+    """The child of ``node`` that the key ``entry`` names (an attribute, a key, an index)."""
+    if isinstance(node, Module) and type(entry) is GetAttrKey:
+        return node.__dict__[entry.name]
+    name = getattr(entry, "name", _MISSING)
+    if name is not _MISSING:
+        return getattr(node, name)
+    return node[getattr(entry, "idx", getattr(entry, "key", _MISSING))]
 
 
 # What JAX calls to rebuild one: the core's graph_unflatten(graphdef, children) as it is.
@@ -507,6 +574,54 @@ def _holds_modules(value: Any) -> bool:
     if isinstance(value, dict):
         return bool(value) and all(isinstance(v, Module) for v in value.values())
     return False
+
+
+# Types whose instances are never nodes that JAX alone registers: most configuration values,
+# answered by one set lookup.
+_NOT_JAX_NODES = frozenset(
+    {int, float, complex, bool, str, bytes, type(None), set, frozenset, type}
+    | {type(_is_array), type(len), type(Kind.define)}
+)
+
+
+def _jax_node(value: Any) -> bool:
+    """Whether ``value`` is a node that JAX registers and oxtree does not (an equinox module,
+    a flax.struct dataclass, an NNX State, a ``jax.tree_util.Partial``). Never imports JAX."""
+    cls = type(value)
+    if cls in _NOT_JAX_NODES:
+        return False
+    # JAX's own registry first: one C++ lookup says no for a leaf type (the core's answer,
+    # asked next, costs a microsecond).
+    tu = sys.modules.get("jax._src.tree_util")
+    if tu is None or not tu.default_registry.is_node(cls):
+        return False
+    return (
+        _node_kind(cls, jax=True) is PyTreeKind.CUSTOM
+        and not issubclass(cls, Module)
+        and cls not in registered_types()
+    )
+
+
+def _holds_jax_nodes(value: Any) -> bool:
+    """A JAX node (see :func:`_jax_node`), or a non-empty list, tuple or dict of them: what an
+    attribute holds that becomes a ``PARAMETER`` by itself."""
+    if isinstance(value, list | tuple):
+        items: Any = value
+    elif isinstance(value, dict):
+        items = value.values()
+    else:
+        return _jax_node(value)
+    # A container of plain values (sizes, names) is answered by its first item's type.
+    return (
+        bool(items) and type(next(iter(items))) not in _NOT_JAX_NODES and all(map(_jax_node, items))
+    )
+
+
+def _nones(value: Any) -> Any:
+    """``value`` with every leaf None, its structure kept: JAX's registered nodes (an equinox
+    module, a flax struct) included, as the module's graph sees them."""
+    leaves, spec = _tree_flatten_jax_registry(value)
+    return spec.unflatten([None] * len(leaves))
 
 
 def _is_module(x: Any) -> bool:
@@ -539,8 +654,10 @@ class Module:
     Register attributes with :meth:`register_parameter`, :meth:`register_state` and
     :meth:`register_module`, or declare them with annotations (``weight: Parameter``,
     ``count: State``); a Module, or a list, tuple or dict of Modules, assigned to an
-    attribute becomes a ``MODULE`` by itself. Anything else is configuration (``OTHERS``),
-    kept in the treedef; ``training`` (True by default) is configuration too.
+    attribute becomes a ``MODULE`` by itself, and a pytree that JAX registers and oxtree does
+    not (an equinox module, a flax struct), or a list, tuple or dict of them, a
+    ``PARAMETER``. Anything else is configuration (``OTHERS``), kept in the treedef;
+    ``training`` (True by default) is configuration too.
 
     Flattening, ``tree_map`` and ``jax.jit`` keep the class, the kinds and the
     configuration, and never call ``__init__``. Keys are ``GetAttrKey``s, so paths read
@@ -703,6 +820,9 @@ class Module:
             if _holds_modules(value):
                 self._register_kind(name, value, Kind.MODULE, assigned=True)
                 return
+            if type(value) not in _NOT_JAX_NODES and _holds_jax_nodes(value):
+                self._register_kind(name, value, Kind.PARAMETER, assigned=True)
+                return
             if _is_array(value):
                 _static_key(value, lambda: f"{type(self).__qualname__}.{name}")
             _DEF_SLOT.__set__(self, layout.stale)
@@ -766,8 +886,8 @@ class Module:
                 f"{type(self).__qualname__}.update expects a {type(self).__qualname__}, "
                 f"got {type(other).__qualname__}"
             )
-        mine, gd = graph_flatten(self, none_is_leaf=True)
-        theirs, other_gd = graph_flatten(other, none_is_leaf=True)
+        mine, gd = _module_graph(self)
+        theirs, other_gd = _module_graph(other)
         if gd != other_gd:
             # The tree engine names the first path where they part.
             tree_map(lambda a, b: a, self, other, none_is_leaf=True)
@@ -800,10 +920,13 @@ class Module:
         (1.0, None, None)
         """
         test = All(*filters)
-        leaves, gd = graph_flatten(self, none_is_leaf=True)
+        leaves, gd = _module_graph(self)
+        paths = _graph_paths(self, gd)
         kept = [
             leaf if leaf is not None and test(path, kind, leaf) else None
-            for path, kind, leaf in zip(gd.paths(), _leaf_kinds(self, gd), leaves, strict=True)
+            for path, kind, leaf in zip(
+                paths, [_kind_at(self, path) for path in paths], leaves, strict=True
+            )
         ]
         return graph_unflatten(gd, kept)  # type: ignore[no-any-return]
 
@@ -823,10 +946,10 @@ class Module:
         from oxtree._core import keystr
 
         source = self.select(*filters) if filters else self
-        leaves, gd = graph_flatten(source, none_is_leaf=True)
+        leaves, gd = _module_graph(source)
         return {
             keystr(path).removeprefix("."): leaf
-            for path, leaf in zip(gd.paths(), leaves, strict=True)
+            for path, leaf in zip(_graph_paths(source, gd), leaves, strict=True)
             if leaf is not None
         }
 
@@ -857,8 +980,8 @@ class Module:
                 f"{type(self).__qualname__}.load_state_dict expects a mapping from key paths "
                 f"to leaves, got {type(state).__name__}"
             )
-        leaves, gd = graph_flatten(self, none_is_leaf=True)
-        keys = [keystr(path).removeprefix(".") for path in gd.paths()]
+        leaves, gd = _module_graph(self)
+        keys = [keystr(path).removeprefix(".") for path in _graph_paths(self, gd)]
         new = [
             state.get(key, leaf) if leaf is not None else state.get(key)
             for key, leaf in zip(keys, leaves, strict=True)
@@ -997,17 +1120,13 @@ def _rebuild(root: _M, *, keep: Kind | None = None, training: bool | None = None
             if kind is Kind.MODULE:
                 d[name] = tree_map(visit, d[name], is_leaf=_is_module)
             elif keep is not None and kind is not keep:
-                d[name] = tree_map(_none, d[name])
+                d[name] = _nones(d[name])
         if training is not None and d.get("training") is not training:
             d["training"] = training
             _DEF_SLOT.__set__(new, m._oxtree_def.layout.stale)
         return new
 
     return visit(root)  # type: ignore[no-any-return]
-
-
-def _none(_: Any) -> None:
-    return None
 
 
 def _short_repr(value: Any) -> str:
@@ -1032,7 +1151,7 @@ def _check_like(m: Module, what: str, gd: Any, old: list[Any], new: list[Any]) -
         return
     from oxtree._core import keystr
 
-    paths = gd.paths()
+    paths = _graph_paths(m, gd)
     detail = "; ".join(
         f"{keystr(paths[i]).removeprefix('.')}: expected {old[i].dtype}{list(old[i].shape)}, "
         f"got {new[i].dtype}{list(new[i].shape)}"
@@ -1057,9 +1176,8 @@ def _kind_at(root: Any, path: tuple[Any, ...]) -> Kind | None:
             kind = node._oxtree_def.layout.name_to_kind.get(entry.name, Kind.OTHERS)
             node = node.__dict__.get(entry.name)
             continue
-        key = getattr(entry, "idx", getattr(entry, "key", _MISSING))
         try:
-            node = node[key]
+            node = _child_at(node, entry)
         except Exception:  # a registered node's entry: the kind stays that of its holder
             break
     return kind
