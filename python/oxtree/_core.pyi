@@ -526,6 +526,7 @@ def graph_flatten(
     none_is_leaf: bool = False,
     namespace: str = "",
     jax_registry: bool | None = None,
+    with_keys: bool = False,
 ) -> tuple[list[Any], GraphDef]: ...
 def graph_unflatten(graphdef: GraphDef, leaves: Iterable[Any]) -> Any: ...
 def _rebuild_graphdef(

@@ -42,7 +42,6 @@ from typing import Annotated, Any, Self, TypeVar
 
 from oxtree import _jax_hook
 from oxtree._core import (
-    FlattenedIndexKey,
     GetAttrKey,
     PyTreeKind,
     _node_kind,
@@ -52,7 +51,6 @@ from oxtree._core import (
     graph_unflatten,
     register_pytree_node,
     registered_types,
-    tree_flatten_with_keys,
     tree_leaves,
     tree_map,
 )
@@ -488,55 +486,19 @@ _graph_children: Callable[[Module], tuple[list[Any], Any]] = functools.partial(
 # JAX sees it, so their leaves and key paths are those of JAX's transforms and of orbax.
 _module_graph: Callable[[Any], tuple[list[Any], Any]] = _graph_children
 
+# The same graph with each registered node asked for its keys (an equinox module's
+# flatten_with_keys): its `paths()` name every leaf as JAX's key paths do (`.lin.weight`).
+_keyed_graph: Callable[[Any], tuple[list[Any], Any]] = functools.partial(
+    graph_flatten, none_is_leaf=True, jax_registry=True, with_keys=True
+)
+
 
 def _graph_children_with_keys(m: Module) -> tuple[list[tuple[Any, Any]], Any]:
-    leaves, gd = _graph_children(m)
+    leaves, gd = _keyed_graph(m)
     # Every key is a ModulePath, a one-step path too: tools that rebuild a tree from its key
     # paths (orbax) expect the children of one node to have keys of one type.
     module_path = _module_path_type()
-    paths = _graph_paths(m, gd)
-    return [(module_path(p), leaf) for p, leaf in zip(paths, leaves, strict=True)], gd
-
-
-def _below_root(path: tuple[Any, ...], _: Any) -> bool:
-    return len(path) > 0
-
-
-def _graph_paths(root: Any, gd: Any) -> list[tuple[Any, ...]]:
-    """The key path of each leaf of ``root``'s graph (``gd``), with JAX's own keys where the
-    graph has flat indices: a graph records the children of a node that JAX registers (an
-    equinox module, an NNX State) by position, and JAX names them (``.weight``) only when
-    asked for keys, so each such node is asked once here. Paths without flat indices (those
-    of oxtree's own nodes, a flax struct's fields) come back as they are."""
-    paths = gd.paths()
-    if not any(type(entry) is FlattenedIndexKey for path in paths for entry in path):
-        return paths  # type: ignore[no-any-return]
-    named: dict[int, tuple[Any, list[tuple[Any, Any]]]] = {}  # id -> (node, its keyed children)
-    out = []
-    for path in paths:
-        node, new = root, []
-        for step, entry in enumerate(path):
-            try:
-                if type(entry) is FlattenedIndexKey and not isinstance(node, Module):
-                    found = named.get(id(node))
-                    if found is None:
-                        pairs, _ = tree_flatten_with_keys(
-                            node,
-                            _below_root,
-                            is_leaf_takes_path=True,
-                            none_is_leaf=True,
-                            jax_registry=True,
-                        )
-                        found = named[id(node)] = (node, [(p[0], child) for p, child in pairs])
-                    entry, node = found[1][entry.key]
-                else:
-                    node = _child_at(node, entry)
-            except Exception:  # a step that cannot be followed (an optree entry that is no
-                new.extend(path[step:])  # position, say): the rest stays as the graph has it
-                break
-            new.append(entry)
-        out.append(tuple(new))
-    return out
+    return [(module_path(p), leaf) for p, leaf in zip(gd.paths(), leaves, strict=True)], gd
 
 
 def _child_at(node: Any, entry: Any) -> Any:
@@ -920,8 +882,8 @@ class Module:
         (1.0, None, None)
         """
         test = All(*filters)
-        leaves, gd = _module_graph(self)
-        paths = _graph_paths(self, gd)
+        leaves, gd = _keyed_graph(self)
+        paths = gd.paths()
         kept = [
             leaf if leaf is not None and test(path, kind, leaf) else None
             for path, kind, leaf in zip(
@@ -946,10 +908,10 @@ class Module:
         from oxtree._core import keystr
 
         source = self.select(*filters) if filters else self
-        leaves, gd = _module_graph(source)
+        leaves, gd = _keyed_graph(source)
         return {
             keystr(path).removeprefix("."): leaf
-            for path, leaf in zip(_graph_paths(source, gd), leaves, strict=True)
+            for path, leaf in zip(gd.paths(), leaves, strict=True)
             if leaf is not None
         }
 
@@ -980,8 +942,8 @@ class Module:
                 f"{type(self).__qualname__}.load_state_dict expects a mapping from key paths "
                 f"to leaves, got {type(state).__name__}"
             )
-        leaves, gd = _module_graph(self)
-        keys = [keystr(path).removeprefix(".") for path in _graph_paths(self, gd)]
+        leaves, gd = _keyed_graph(self)
+        keys = [keystr(path).removeprefix(".") for path in gd.paths()]
         new = [
             state.get(key, leaf) if leaf is not None else state.get(key)
             for key, leaf in zip(keys, leaves, strict=True)
@@ -1151,7 +1113,7 @@ def _check_like(m: Module, what: str, gd: Any, old: list[Any], new: list[Any]) -
         return
     from oxtree._core import keystr
 
-    paths = _graph_paths(m, gd)
+    paths = _keyed_graph(m)[1].paths()
     detail = "; ".join(
         f"{keystr(paths[i]).removeprefix('.')}: expected {old[i].dtype}{list(old[i].shape)}, "
         f"got {new[i].dtype}{list(new[i].shape)}"
