@@ -755,3 +755,20 @@ def test_ordered_containers_and_sorted_dicts() -> None:
     tree2 = {"z": 1, "a": 2}
     assert list(oxtree.tree_mask(tree2, "['z']")) == ["z", "a"]  # optree: insertion order
     assert list(tu.tree_mask(tree2, "['z']")) == ["a", "z"]  # JAX: sorted
+
+
+def test_keystr_of_str_keys_is_pythons_repr() -> None:
+    # A regular expression sees the keystr `keystr` prints: the core writes plain str keys'
+    # reprs itself and leaves every other one to Python; both must agree with repr().
+    class Sub(str):
+        def __repr__(self) -> str:
+            return "Sub!"
+
+    keys = ["it's", 'say "hi"', "both '\"", "back\\slash", "tab\t", "é", "", " ", "~", Sub("s")]
+    tree = {k: i for i, k in enumerate(keys)}
+    for path, _ in oxtree.tree_leaves_with_path(tree):
+        exact = re.compile(re.escape(keystr(path)))
+        assert PathPattern(exact).match(path), keystr(path)
+        assert oxtree.tree_leaves(oxtree.tree_mask(tree, exact)).count(True) == 1
+        assert PathPattern("[*]", exact).match(path)
+    assert oxtree.tree_mask(tree, "[Sub!]")[Sub("s")] is True
