@@ -772,3 +772,77 @@ def test_keystr_of_str_keys_is_pythons_repr() -> None:
         assert oxtree.tree_leaves(oxtree.tree_mask(tree, exact)).count(True) == 1
         assert PathPattern("[*]", exact).match(path)
     assert oxtree.tree_mask(tree, "[Sub!]")[Sub("s")] is True
+
+
+# --------------------------------------------------------------------------------------------------
+# References and threads.
+
+
+def test_refcounts_unchanged_after_many_calls_and_errors() -> None:
+    import gc
+    import sys
+
+    class Leaf:
+        pass
+
+    leaves = [Leaf() for _ in range(4)]
+    key, label, value = "only-here", Leaf(), Leaf()
+    regex = re.compile(r".*'only-here'.*")
+    tree = {key: [leaves[0], (leaves[1], {"x": leaves[2]})], "b": leaves[3]}
+    compiled = PathPattern("**['x']", regex)
+    _, spec = oxtree.tree_flatten(tree)
+
+    class Stop(Exception):
+        pass
+
+    def stop(path: Any, leaf: Any) -> Any:
+        raise Stop
+
+    def round_of_calls() -> None:
+        oxtree.tree_mask(tree, compiled, "[*]")
+        tu.tree_mask(tree, regex)
+        oxtree.tree_labels(tree, {compiled: label}, value)
+        oxtree.tree_set_matching(tree, "**", value)
+        tu.tree_set_matching(tree, regex, func=lambda p, x: value)
+        compiled.match((DictKey(key), SequenceKey(0)))
+        compiled._leaf_mask(spec)
+        for call, exc in (
+            (lambda: oxtree.tree_mask(tree, "[only-here"), ValueError),
+            (lambda: oxtree.tree_labels(tree, {"['b']": label}), ValueError),
+            (lambda: oxtree.tree_set_matching(tree, regex, func=stop), Stop),
+            (lambda: oxtree.tree_mask(tree, 5), TypeError),
+        ):
+            with pytest.raises(exc):
+                call()
+
+    watched = [*leaves, key, label, value, regex, tree, compiled, spec]
+    for _ in range(3):
+        round_of_calls()
+    gc.collect()
+    before = [sys.getrefcount(o) for o in watched]
+    for _ in range(500):
+        round_of_calls()
+    gc.collect()
+    assert [sys.getrefcount(o) for o in watched] == before
+
+
+def test_threads_share_one_pattern() -> None:
+    import threading
+
+    tree = {f"block_{i}": {"w": i, "b": -i, "sub": [i, {"w": i}]} for i in range(30)}
+    pattern = PathPattern("['block_1*']**['w']", re.compile(r".*\['b'\]"))
+    expected = oxtree.tree_mask(tree, pattern)
+    results: list[Any] = []
+    go = threading.Barrier(8)
+
+    def work() -> None:
+        go.wait()
+        results.extend(oxtree.tree_mask(tree, pattern) for _ in range(200))
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 1600
+    assert all(r == expected for r in results)
