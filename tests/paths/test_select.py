@@ -507,6 +507,16 @@ def test_path_pattern_object() -> None:
     assert p != PathPattern("a.*")
     assert p != "a.*"
     assert pickle.loads(pickle.dumps(p)) == p
+    # A PathPattern given alone is used as compiled; with others, its patterns join theirs.
+    tree = {"a": {"z": 1, "w": 2}, "b": 3, "xw": 4}
+    assert oxtree.tree_mask(tree, p) == oxtree.tree_mask(tree, *p.patterns)
+    assert oxtree.tree_mask(tree, p) == {"a": {"z": False, "w": False}, "b": False, "xw": False}
+    assert oxtree.tree_mask(tree, p, "['b']")["b"] is True
+    # The regex sees the keystr, quotes and brackets included.
+    assert oxtree.tree_mask(tree, PathPattern(re.compile(r".*w'\]")))["a"] == {
+        "z": False,
+        "w": True,
+    }
     assert p.match([GetAttrKey("a"), GetAttrKey("z")])
     assert p.match((DictKey("x"), GetAttrKey("w")))  # the regex
     assert not p.match((GetAttrKey("a"),))

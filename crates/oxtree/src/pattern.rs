@@ -343,14 +343,13 @@ fn parse(pattern: &str) -> Result<Vec<Step>, Malformed> {
                     return malformed("empty key after '.'", start);
                 }
             }
-            // `**` right after a bracketed key
-            '*' if after_bracket => {
-                if chars.get(i + 1) != Some(&'*') {
-                    return malformed("expected '.', '[' or '**' after ']', got '*'", i);
-                }
+            // After a bracketed key a '*' can only begin `**`.
+            '*' if after_bracket && chars.get(i + 1) != Some(&'*') => {
+                return malformed("expected '.', '[' or '**' after ']', got '*'", i);
             }
-            _ if start == 0 => {} // the first key's '.' left out
-            c => return malformed(format!("expected '.' or '[', got {c:?}"), i),
+            // The first key, whose '.' may be left out: every later key starts at the '.' or
+            // '[' that ended the one before it, or at '**' right after a ']'.
+            _ => {}
         }
         // An attribute key or `**`, from `i`.
         if chars[i] == '*' && chars.get(i + 1) == Some(&'*') {
@@ -717,14 +716,38 @@ pub struct PathPattern {
     pub matcher: Matcher,
 }
 
+/// The matcher of the patterns a tree function was given.
+pub enum Compiled<'py> {
+    /// One `PathPattern`: its own matcher, compiled when it was made.
+    Shared(Bound<'py, PathPattern>),
+    /// Anything else, compiled for this call.
+    Own(Matcher),
+}
+
+impl Compiled<'_> {
+    pub fn matcher(&self) -> &Matcher {
+        match self {
+            Compiled::Shared(p) => &p.get().matcher,
+            Compiled::Own(m) => m,
+        }
+    }
+}
+
 impl PathPattern {
-    /// The matcher of patterns given to a tree function: one `PathPattern` as it is, else
-    /// compiled now.
+    /// The matcher of `patterns`, given to `caller`: a lone `PathPattern`'s own when the
+    /// caller asks only whether a pattern matches (`by_argument == false`), else compiled
+    /// now with each part tagged by the argument it came from.
     pub fn compile_args<'py>(
         caller: &str,
-        patterns: impl IntoIterator<Item = Bound<'py, PyAny>>,
-    ) -> PyResult<Matcher> {
-        Ok(Matcher::compile(caller, patterns)?.0)
+        patterns: Vec<Bound<'py, PyAny>>,
+        by_argument: bool,
+    ) -> PyResult<Compiled<'py>> {
+        if let [only] = patterns.as_slice() {
+            if let (false, Ok(p)) = (by_argument, only.cast::<PathPattern>()) {
+                return Ok(Compiled::Shared(p.clone()));
+            }
+        }
+        Ok(Compiled::Own(Matcher::compile(caller, patterns)?.0))
     }
 }
 

@@ -397,8 +397,8 @@ pub fn mask_impl<'py>(
     opts: &Options<'_, 'py>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = tree.py();
-    let m = PathPattern::compile_args("tree_mask", patterns.iter())?;
-    let (hits, _, spec) = select_walk::<false>(tree, opts, &m, true)?;
+    let m = PathPattern::compile_args("tree_mask", patterns.iter().collect(), false)?;
+    let (hits, _, spec) = select_walk::<false>(tree, opts, m.matcher(), true)?;
     let flags = hits
         .iter()
         .map(|&h| PyBool::new(py, h != NO_MATCH).to_owned().into_any())
@@ -472,8 +472,8 @@ pub fn labels_impl<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = tree.py();
     let (patterns, labels) = rule_pairs(rules)?;
-    let m = PathPattern::compile_args("tree_labels", patterns)?;
-    let (hits, _, spec) = select_walk::<false>(tree, opts, &m, false)?;
+    let m = PathPattern::compile_args("tree_labels", patterns, true)?;
+    let (hits, _, spec) = select_walk::<false>(tree, opts, m.matcher(), false)?;
     let mut out = Vec::with_capacity(hits.len());
     for (i, &h) in hits.iter().enumerate() {
         let label = match labels.get(h as usize) {
@@ -540,8 +540,8 @@ pub fn set_matching_impl<'py>(
         }
         _ => {}
     }
-    let m = PathPattern::compile_args("tree_set_matching", [pattern.clone()])?;
-    let (hits, leaves, spec) = select_walk::<true>(tree, opts, &m, true)?;
+    let m = PathPattern::compile_args("tree_set_matching", vec![pattern.clone()], false)?;
+    let (hits, leaves, spec) = select_walk::<true>(tree, opts, m.matcher(), true)?;
     let paths = match func {
         Some(_) => Some(keys::leaf_paths(&spec, py, KeyStyle::Keys)?),
         None => None,
