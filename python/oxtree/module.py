@@ -43,6 +43,7 @@ from typing import Annotated, Any, Self, TypeVar
 from oxtree import _jax_hook
 from oxtree._core import (
     GetAttrKey,
+    PathPattern,
     PyTreeKind,
     _node_kind,
     _set_module_hooks,
@@ -869,8 +870,11 @@ class Module:
         remain (every other leaf is None); shared submodules stay shared.
 
         A filter is a :class:`Kind`, a type (of the leaf), a bool, a function of
-        ``(path, kind, leaf)``, or one of :class:`OfKind`, :class:`OfType`,
-        :class:`PathContains`, :class:`All`, :class:`AnyOf`, :class:`Not`.
+        ``(path, kind, leaf)``, one of :class:`OfKind`, :class:`OfType`,
+        :class:`PathContains`, :class:`All`, :class:`AnyOf`, :class:`Not`, or an
+        :class:`oxtree.PathPattern` (globs over the leaf's ``keystr`` such as
+        ``'layers[*].w'``; see docs/key-paths.md), matched in one pass over the module's
+        graph.
 
         >>> class M(Module):
         ...     def __init__(self):
@@ -880,17 +884,16 @@ class Module:
         >>> s = M().select(Kind.PARAMETER, Not(PathContains('b')))
         >>> s.w, s.b, s.n
         (1.0, None, None)
+        >>> from oxtree import PathPattern
+        >>> M().select(Not(PathPattern('b'))).state_dict()
+        {'w': 1.0, 'n': 0}
         """
         test = All(*filters)
         leaves, gd = _keyed_graph(self)
-        paths = gd.paths()
-        kept = [
-            leaf if leaf is not None and test(path, kind, leaf) else None
-            for path, kind, leaf in zip(
-                paths, [_kind_at(self, path) for path in paths], leaves, strict=True
-            )
-        ]
-        return graph_unflatten(gd, kept)  # type: ignore[no-any-return]
+        kept = test._mask(_Leaves(self, gd, leaves), [leaf is not None for leaf in leaves])
+        return graph_unflatten(  # type: ignore[no-any-return]
+            gd, [leaf if k else None for leaf, k in zip(leaves, kept, strict=True)]
+        )
 
     def state_dict(self, *filters: Any) -> dict[str, Any]:
         """The leaves by key path (``keystr`` without the leading dot), each shared one once,
@@ -1150,11 +1153,56 @@ def _kind_at(root: Any, path: tuple[Any, ...]) -> Kind | None:
 # --------------------------------------------------------------------------------------------
 
 
+class _Leaves:
+    """The leaves of a module's graph as filters see them, each column made when first asked
+    for: a path pattern needs neither the paths nor the kinds."""
+
+    __slots__ = ("_kinds", "_paths", "graphdef", "leaves", "root")
+
+    def __init__(self, root: Module, graphdef: Any, leaves: list[Any]) -> None:
+        self.root, self.graphdef, self.leaves = root, graphdef, leaves
+        self._paths: list[tuple[Any, ...]] | None = None
+        self._kinds: list[Kind | None] | None = None
+
+    @property
+    def paths(self) -> list[tuple[Any, ...]]:
+        if self._paths is None:
+            self._paths = self.graphdef.paths()
+        return self._paths
+
+    @property
+    def kinds(self) -> list[Kind | None]:
+        if self._kinds is None:
+            self._kinds = _leaf_kinds(self.root, self.graphdef)
+        return self._kinds
+
+
+def _mask_of(f: Any, at: _Leaves, ask: list[bool]) -> list[bool]:
+    """Whether filter ``f`` accepts each leaf of ``at`` where ``ask`` says to ask it (False
+    elsewhere, without asking): filters joined by All, AnyOf and Not are asked about the
+    leaves the ones before them left open, as ``all`` and ``any`` would, so a filter after
+    ``OfType(jax.Array)`` sees arrays only."""
+    if isinstance(f, _Filter):
+        return f._mask(at, ask)
+    return [
+        a and bool(f(path, kind, leaf))
+        for a, path, kind, leaf in zip(ask, at.paths, at.kinds, at.leaves, strict=True)
+    ]
+
+
 class _Filter:
     __slots__ = ()
 
     def __call__(self, path: tuple[Any, ...], kind: Kind | None, leaf: Any) -> bool:
         raise NotImplementedError
+
+    def _mask(self, at: _Leaves, ask: list[bool]) -> list[bool]:
+        """Whether this filter accepts each leaf of ``at`` where ``ask`` is true (see
+        ``_mask_of``); one call per leaf unless a subclass knows better."""
+        return [
+            a and bool(self(path, kind, leaf))
+            for a, path, kind, leaf in zip(ask, at.paths, at.kinds, at.leaves, strict=True)
+        ]
 
     def __repr__(self) -> str:
         args = ", ".join(repr(getattr(self, n)) for n in self.__slots__)
@@ -1172,10 +1220,34 @@ def _as_filter(f: Any) -> Callable[[tuple[Any, ...], Kind | None, Any], bool]:
         return OfType(f)
     if callable(f):
         return f  # type: ignore[no-any-return]
+    if isinstance(f, PathPattern):
+        return _Matches(f)
+    hint = f"; for a path pattern write PathPattern({f!r})" if isinstance(f, str) else ""
     raise TypeError(
-        "a module filter is a Kind, a type, a bool, a function of (path, kind, leaf) or a "
-        f"filter such as OfKind or PathContains, got {type(f).__name__}: {f!r}"
+        "a module filter is a Kind, a type, a bool, a function of (path, kind, leaf), a "
+        "PathPattern or a filter such as OfKind or PathContains, got "
+        f"{type(f).__name__}: {f!r}{hint}"
     )
+
+
+class _Matches(_Filter):
+    """Accepts the leaves whose key path matches a :class:`oxtree.PathPattern`; a module's
+    leaves are matched all at once by the core (``PathPattern._leaf_mask``)."""
+
+    __slots__ = ("pattern",)
+
+    def __init__(self, pattern: PathPattern) -> None:
+        self.pattern = pattern
+
+    def __call__(self, path: tuple[Any, ...], kind: Kind | None, leaf: Any) -> bool:
+        return self.pattern.match(path)
+
+    def _mask(self, at: _Leaves, ask: list[bool]) -> list[bool]:
+        matched = self.pattern._leaf_mask(at.graphdef)
+        return [a and m for a, m in zip(ask, matched, strict=True)]
+
+    def __repr__(self) -> str:
+        return repr(self.pattern)
 
 
 def _all_of(items: tuple[_T, ...], cls: type, message: str) -> tuple[_T, ...]:
@@ -1255,6 +1327,18 @@ class _Combined(_Filter):
     def __call__(self, path: tuple[Any, ...], kind: Kind | None, leaf: Any) -> bool:
         return type(self)._join(f(path, kind, leaf) for f in self.filters)
 
+    def _mask(self, at: _Leaves, ask: list[bool]) -> list[bool]:
+        if type(self)._join is all:  # each filter asked where all before it accepted
+            for f in self.filters:
+                ask = _mask_of(f, at, ask)
+            return ask
+        accepted = [False] * len(ask)  # any: each filter asked where none before accepted
+        for f in self.filters:
+            hit = _mask_of(f, at, ask)
+            accepted = [a or h for a, h in zip(accepted, hit, strict=True)]
+            ask = [a and not h for a, h in zip(ask, hit, strict=True)]
+        return accepted
+
 
 class All(_Combined):
     """Accepts the leaves every one of ``filters`` accepts (all leaves when none is given).
@@ -1292,3 +1376,7 @@ class Not(_Filter):
 
     def __call__(self, path: tuple[Any, ...], kind: Kind | None, leaf: Any) -> bool:
         return not self.filter(path, kind, leaf)
+
+    def _mask(self, at: _Leaves, ask: list[bool]) -> list[bool]:
+        inner = _mask_of(self.filter, at, ask)
+        return [a and not m for a, m in zip(ask, inner, strict=True)]

@@ -60,13 +60,13 @@ pub struct GraphDef {
 }
 
 impl GraphDef {
-    fn spec<'a>(&'a self, py: Python<'a>) -> &'a PyTreeSpec {
+    pub(crate) fn spec<'a>(&'a self, py: Python<'a>) -> &'a PyTreeSpec {
         let _ = py;
         self.skeleton.get()
     }
 
     /// The skeleton leaf index of each reference, with its target.
-    fn ref_at(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+    pub(crate) fn ref_at(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
         self.refs.iter().map(|&(l, t)| (l as usize, t as usize))
     }
 
