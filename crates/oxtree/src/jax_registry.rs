@@ -16,7 +16,7 @@
 //!   type may have been registered since: the entry is stale and the type is asked about
 //!   again. A leaf type costs a hash lookup per walk, never a Python call.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -131,22 +131,71 @@ pub fn known_leaf(
     })
 }
 
+/// JAX's registry as one walk sees it: its size, read when first needed (while JAX is not
+/// imported, reading it is a `sys.modules` lookup), and the last type found not to be a JAX
+/// node (held, so its address cannot be reused during the walk): nodes of one type come in
+/// runs (a list of namedtuples), and each then skips the per-thread lookup.
+#[derive(Default)]
+pub struct Sighting {
+    size: Cell<Option<usize>>,
+    not_node: RefCell<Option<Py<PyType>>>,
+}
+
+impl Sighting {
+    #[inline]
+    pub fn size(&self, py: Python<'_>) -> usize {
+        match self.size.get() {
+            Some(n) => n,
+            None => {
+                let n = size(py);
+                self.size.set(Some(n));
+                n
+            }
+        }
+    }
+
+    #[inline]
+    fn known_not_node(&self, ty: &Bound<'_, PyType>) -> bool {
+        self.not_node
+            .borrow()
+            .as_ref()
+            .is_some_and(|t| t.as_ptr() == ty.as_ptr())
+    }
+
+    #[inline]
+    fn remember_not_node(&self, ty: &Bound<'_, PyType>) {
+        if let Ok(mut slot) = self.not_node.try_borrow_mut() {
+            *slot = Some(ty.clone().unbind());
+        }
+    }
+}
+
 /// JAX's registration of `ty` as an oxtree registration, or None when JAX does not make its
-/// instances custom nodes (or JAX is not imported).
+/// instances custom nodes (or JAX is not imported), for a walk that saw JAX's registry as
+/// `seen_by`.
 #[inline]
-pub fn node(ty: &Bound<'_, PyType>) -> PyResult<Option<&'static Arc<Registration>>> {
+pub fn node<'s>(
+    ty: &Bound<'_, PyType>,
+    seen_by: &Sighting,
+) -> PyResult<Option<&'s Arc<Registration>>> {
     let py = ty.py();
+    if seen_by.known_not_node(ty) {
+        return Ok(None);
+    }
     let seen = SEEN.with(|seen| seen.borrow().get(&(ty.as_ptr() as usize)).copied());
-    match seen {
+    let found = match seen {
         Some(Seen::Node(reg)) => return Ok(Some(reg)),
         Some(Seen::Leaf { tag, size: s })
-            if types::type_version_tag(ty) == Some(tag) && size(py) == s =>
+            if types::type_version_tag(ty) == Some(tag) && seen_by.size(py) == s =>
         {
-            return Ok(None);
+            None
         }
-        _ => {}
+        _ => ask(ty)?,
+    };
+    if found.is_none() {
+        seen_by.remember_not_node(ty);
     }
-    ask(ty)
+    Ok(found)
 }
 
 /// Remembers what this thread learnt about `ty`.
@@ -283,5 +332,5 @@ fn registration(ty: &Bound<'_, PyType>, described: &Bound<'_, PyAny>) -> PyResul
 /// The registration JAX gives `ty`, for rebuilding a treespec that names it (a pickle, a
 /// node made from its data): what a walk reading JAX's registry would have found.
 pub fn lookup_for_load(ty: &Bound<'_, PyType>) -> PyResult<Option<Arc<Registration>>> {
-    Ok(node(ty)?.cloned())
+    Ok(node(ty, &Sighting::default())?.cloned())
 }

@@ -266,9 +266,17 @@ pub fn is_leaf_impl(
         }
     }
     let jax = face == Face::Jax || crate::jax_registry::main_face_reads();
+    let seen_by = crate::jax_registry::Sighting::default();
     registry::with_registry(|reg| {
         Ok(matches!(
-            flatten::classify(tree, none_is_leaf, reg, namespace, face, jax)?,
+            flatten::classify(
+                tree,
+                none_is_leaf,
+                reg,
+                namespace,
+                face,
+                jax.then_some(&seen_by)
+            )?,
             Class::Leaf
         ))
     })

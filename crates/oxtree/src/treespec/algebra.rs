@@ -35,6 +35,7 @@ pub fn _node_kind<'py>(
     let kind = match cls.cast::<PyType>() {
         Ok(ty) => registry::with_registry(|reg| {
             let reads_jax = jax || crate::jax_registry::main_face_reads();
+            let seen_by = crate::jax_registry::Sighting::default();
             Ok::<_, PyErr>(
                 match flatten::classify_type(
                     ty,
@@ -42,7 +43,7 @@ pub fn _node_kind<'py>(
                     reg,
                     namespace,
                     Face::of(jax),
-                    reads_jax,
+                    reads_jax.then_some(&seen_by),
                 )? {
                     Class::Leaf => Kind::Leaf,
                     Class::NoneNode => Kind::None,

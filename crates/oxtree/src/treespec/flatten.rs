@@ -18,6 +18,7 @@ use smallvec::SmallVec;
 
 use super::{Face, Node, Nodes};
 use crate::errors::{Invariant, TreeError};
+use crate::jax_registry::Sighting;
 use crate::kind::Kind;
 use crate::path_text;
 use crate::registry::{Registration, Registry};
@@ -186,7 +187,7 @@ pub fn classify_other<'a>(
     registry: &'a Registry,
     namespace: &str,
     face: Face,
-    jax: bool,
+    jax: Option<&Sighting>,
 ) -> PyResult<Class<'a>> {
     classify_other_type(
         obj.py(),
@@ -208,7 +209,7 @@ pub fn classify_type<'a>(
     registry: &'a Registry,
     namespace: &str,
     face: Face,
-    jax: bool,
+    jax: Option<&Sighting>,
 ) -> PyResult<Class<'a>> {
     let py = ty.py();
     if ty.is(py.get_type::<PyTuple>()) {
@@ -250,7 +251,7 @@ fn classify_other_type<'a, 'py>(
     registry: &'a Registry,
     namespace: &str,
     face: Face,
-    jax: bool,
+    jax: Option<&Sighting>,
 ) -> PyResult<Class<'a>> {
     if registry.scalar_leaf(ty) {
         return Ok(Class::Leaf);
@@ -262,10 +263,11 @@ fn classify_other_type<'a, 'py>(
     }
     let c = types::collections(py);
     // OrderedDict and defaultdict, which JAX registers, are nodes of their own kinds here.
-    if jax && ty != c.ordered_dict.as_ptr().cast() && ty != c.default_dict.as_ptr().cast() {
+    let not_mapping = ty != c.ordered_dict.as_ptr().cast() && ty != c.default_dict.as_ptr().cast();
+    if let Some(seen_by) = jax.filter(|_| not_mapping) {
         // Before the namedtuple check, as in JAX: a registration comes first.
         let bound = bound();
-        if let Some(reg) = crate::jax_registry::node(&bound)? {
+        if let Some(reg) = crate::jax_registry::node(&bound, seen_by)? {
             return Ok(Class::Custom(reg));
         }
         return Ok(builtin_class(py, ty, flags, || bound, face));
@@ -317,7 +319,7 @@ pub fn classify<'a>(
     registry: &'a Registry,
     namespace: &str,
     face: Face,
-    jax: bool,
+    jax: Option<&Sighting>,
 ) -> PyResult<Class<'a>> {
     if obj.is_exact_instance_of::<PyTuple>() {
         Ok(Class::Node(Kind::Tuple))
@@ -372,8 +374,9 @@ pub struct Flattener<
     /// Ask custom nodes for their keys (JAX's `flatten_with_keys`) while walking.
     with_keys: bool,
     face: Face,
-    /// Read JAX's registry for types oxtree does not register (`jax_registry`).
-    jax: bool,
+    /// Read JAX's registry for types oxtree does not register (`jax_registry`), as this walk
+    /// sees it.
+    jax: Option<Sighting>,
     /// optree's `dict_insertion_ordered` mode for this walk's namespace: dicts and
     /// defaultdicts keep their insertion order, as OrderedDicts do (optree's face only).
     insertion_ordered: bool,
@@ -418,7 +421,7 @@ impl<
             next_cycle_check: FIRST_CYCLE_CHECK,
             with_keys: false,
             face: Face::Optree,
-            jax: false,
+            jax: None,
             insertion_ordered: registry.dict_insertion_ordered(namespace),
             leaf_types: [None, None],
             last_custom: None,
@@ -646,7 +649,13 @@ impl<
         }
         let class = match self.last_custom {
             Some((t, reg)) if t == obj.get_type_ptr() => Class::Custom(reg),
-            _ => classify_other(&obj, self.registry, self.namespace, self.face, self.jax)?,
+            _ => classify_other(
+                &obj,
+                self.registry,
+                self.namespace,
+                self.face,
+                self.jax.as_ref(),
+            )?,
         };
         if !matches!(class, Class::Leaf) && self.seen_before(&obj) {
             return Ok(());
@@ -1585,7 +1594,7 @@ fn run_with<'py, P: Pred<'py>, const NONE_LEAF: bool, const NODES: bool, const L
         Flattener::<P, NONE_LEAF, NODES, LEAVES>::new(tree.py(), pred, registry, opts.namespace);
     f.with_keys = opts.with_keys;
     f.face = opts.face;
-    f.jax = opts.reads_jax();
+    f.jax = opts.reads_jax().then(Sighting::default);
     f.run(tree)
 }
 
@@ -1606,7 +1615,7 @@ fn run_graph_with<'py, P: Pred<'py>, const NONE_LEAF: bool>(
     let mut f =
         Flattener::<P, NONE_LEAF, true, true, true>::new(py, pred, registry, opts.namespace);
     f.face = opts.face;
-    f.jax = opts.reads_jax();
+    f.jax = opts.reads_jax().then(Sighting::default);
     f.with_keys = opts.with_keys;
     f.presize();
     let mut stack = take_stack();

@@ -144,7 +144,7 @@ fn node_children<'py>(
             // Under optree's rules any of the three mapping kinds matches any other with the
             // same keys (JAX wants the same type); values are taken in the treespec's order.
             // A mapping kind is known by type alone: JAX's registry is not asked.
-            let ok = match super::flatten::classify(obj, false, registry, "", face, false)? {
+            let ok = match super::flatten::classify(obj, false, registry, "", face, None)? {
                 super::flatten::Class::Node(k) => {
                     k.is_mapping() && (face == Face::Optree || k == node.kind)
                 }
