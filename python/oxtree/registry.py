@@ -469,6 +469,8 @@ def _is_classvar(annotation: Any) -> bool:
     if isinstance(annotation, str):
         import re
 
+        # A quoted annotation under `from __future__ import annotations` is quoted twice.
+        annotation = annotation.strip().strip("'\"")
         return re.match(r"^\s*(?:\w+\s*\.\s*)*ClassVar\b", annotation) is not None
     import typing
 
