@@ -552,6 +552,8 @@ def _jax_functions(
         "def unflatten(aux, children):",
         "    obj = _new(_cls)",
     ]
+    # Decided now: a class given its own __setattr__ after registration would have it run by
+    # these stores (the core never runs it); such a class is to be registered afterwards.
     stores = cls.__setattr__ is object.__setattr__
     for source, names in (("children", children), ("aux", static)):
         if not names:
