@@ -489,133 +489,147 @@ class Annotated:
         pass
 
 
-def test_not_a_class(made: list[tuple[type, str]]) -> None:
-    bad(made, TypeError, r"register_object expects a class, got 5", 5)
-    bad(made, TypeError, r"expects a class, got \['x'\]", ["x"])
+class Items(list):  # type: ignore[type-arg]
+    pass
 
 
-def test_a_namespace_that_is_not_a_str(made: list[tuple[type, str]]) -> None:
-    bad(made, TypeError, r"The namespace must be a string, got 1", Annotated, namespace=1)
-    with pytest.raises(TypeError, match="The namespace must be a string"):
-        oxtree.register_object(namespace=b"ns")  # type: ignore[arg-type]
+class Failure(ValueError):
+    pass
 
 
-def test_a_class_object_new_cannot_make(made: list[tuple[type, str]]) -> None:
-    class Items(list):  # type: ignore[type-arg]
-        pass
-
-    class Error(ValueError):
-        pass
-
-    bad(
-        made,
+# Each refused registration: (error, message pattern, class, then register_object's arguments).
+REFUSED = {
+    "not a class": (TypeError, r"register_object expects a class, got 5", 5),
+    "a list of names for a class": (TypeError, r"expects a class, got \['x'\]", ["x"]),
+    "a namespace not a str": (
         TypeError,
-        r"Items is built on list, whose instances object.__new__ cannot",
+        r"The namespace must be a string, got 1",
+        Annotated,
+        {"namespace": 1},
+    ),
+    "built on list": (
+        TypeError,
+        r"Items is built on list, whose instances object.__new__ cannot make",
         Items,
         ["x"],
-    )
-    bad(made, TypeError, r"Error is built on ValueError", Error, ["x"])
-    bad(made, TypeError, r"list is built on list", list, ["x"])
-
-
-def test_nothing_declared_and_no_children(made: list[tuple[type, str]]) -> None:
-    bad(made, TypeError, r"Plain declares no attributes .*children=\[", plain())
-
-
-def test_names_that_are_not_sequences_of_str(made: list[tuple[type, str]]) -> None:
-    bad(
-        made,
+    ),
+    "built on an exception": (TypeError, r"Failure is built on ValueError", Failure, ["x"]),
+    "list itself": (TypeError, r"list is built on list", list, ["x"]),
+    "nothing declared": (TypeError, r"Plain declares no attributes .*children=\[", plain()),
+    "children a str": (
         TypeError,
-        r"children must be a sequence of attribute names, not a single str \('x'\); write \['x'\]",
+        r"children must be a sequence of attribute names, not a single str \('x'\); "
+        r"write \['x'\]",
         Annotated,
         "x",
-    )
-    bad(
-        made,
+    ),
+    "static a str": (
         TypeError,
         r"static must be a sequence of attribute names, not a single str",
         Annotated,
         ["x"],
         "y",
-    )
-    bad(made, TypeError, r"children must be a sequence of attribute names, got 3", Annotated, 3)
-    bad(made, TypeError, r"children must hold attribute names \(str\), got 1", Annotated, ["x", 1])
-    bad(made, ValueError, r"'x-y' in children is not an attribute name", Annotated, ["x-y"])
-    bad(
-        made,
+    ),
+    "children not iterable": (
+        TypeError,
+        r"children must be a sequence of attribute names, got 3",
+        Annotated,
+        3,
+    ),
+    "a name not a str": (
+        TypeError,
+        r"children must hold attribute names \(str\), got 1",
+        Annotated,
+        ["x", 1],
+    ),
+    "not an identifier": (
+        ValueError,
+        r"'x-y' in children is not an attribute name",
+        Annotated,
+        ["x-y"],
+    ),
+    "a keyword": (
         ValueError,
         r"'class' in static is not an attribute name",
         Annotated,
         ["x", "y"],
         ["class"],
-    )
-
-
-def test_names_given_twice(made: list[tuple[type, str]]) -> None:
-    bad(
-        made,
+    ),
+    "twice in children": (
         ValueError,
         r"\['x'\] named more than once in children and static of Annotated",
         Annotated,
         ["x", "x", "y"],
-    )
-    bad(made, ValueError, r"\['y'\] named more than once", Annotated, ["x", "y"], ["y"])
-
-
-def test_declared_attributes_that_are_neither(made: list[tuple[type, str]]) -> None:
-    bad(
-        made,
+    ),
+    "in children and static": (
+        ValueError,
+        r"\['y'\] named more than once",
+        Annotated,
+        ["x", "y"],
+        ["y"],
+    ),
+    "declared, neither": (
         ValueError,
         r"Annotated declares attributes that are neither children nor static: \['y'\]",
         Annotated,
         ["x"],
-    )
-
-
-def test_static_names_the_class_does_not_declare_when_inferring(
-    made: list[tuple[type, str]],
-) -> None:
-    bad(made, ValueError, r"Annotated does not declare \['z'\]", Annotated, None, ["z"])
-    # With the children named, an undeclared attribute (set by __init__) may be static.
-    register(made, Annotated, ["x", "y"], ["z"])
-    assert oxtree.tree_structure(Annotated()).num_leaves == 2
-
-
-def test_properties_methods_and_descriptors(made: list[tuple[type, str]]) -> None:
-    bad(
-        made,
+    ),
+    "static undeclared, children inferred": (
+        ValueError,
+        r"Annotated does not declare \['z'\]",
+        Annotated,
+        None,
+        ["z"],
+    ),
+    "a property": (
         TypeError,
         r"Annotated.area is a property, not an attribute instances store",
         Annotated,
         ["x", "y", "area"],
-    )
-    bad(made, TypeError, r"Annotated.method is a method", Annotated, ["x", "y"], ["method"])
-    bad(made, TypeError, r"Annotated.helper is a method", Annotated, ["x", "y", "helper"])
-    bad(
-        made,
+    ),
+    "a method": (TypeError, r"Annotated.method is a method", Annotated, ["x", "y"], ["method"]),
+    "a staticmethod": (TypeError, r"Annotated.helper is a method", Annotated, ["x", "y", "helper"]),
+    "__dict__": (
         TypeError,
         r"Annotated.__dict__ is a data descriptor \(getset_descriptor\)",
         Annotated,
         ["x", "y", "__dict__"],
-    )
-    bad(
-        made,
+    ),
+    "__class__": (
         TypeError,
         r"Annotated.__class__ is a data descriptor",
         Annotated,
         ["x", "y", "__class__"],
-    )
-
-
-def test_slots_without_a_dict(made: list[tuple[type, str]]) -> None:
-    bad(
-        made,
+    ),
+    "no such slot": (
         TypeError,
-        r"Dense has __slots__ and no __dict__, and 'bias' is not one of its slots \['w', 'b', 'act'\]",
+        r"Dense has __slots__ and no __dict__, and 'bias' is not one of its slots "
+        r"\['w', 'b', 'act'\]",
         slotted(),
         ["w", "bias"],
         ["act"],
-    )
+    ),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_refused(made: list[tuple[type, str]], case: str) -> None:
+    error, match, cls, *args = REFUSED[case]
+    kw = args.pop() if args and isinstance(args[-1], dict) else {}
+    bad(made, error, match, cls, *args, **kw)
+
+
+def test_a_decorator_with_a_namespace_not_a_str() -> None:
+    with pytest.raises(TypeError, match="The namespace must be a string"):
+        oxtree.register_object(namespace=b"ns")  # type: ignore[arg-type]
+
+
+def test_an_undeclared_attribute_may_be_static_when_the_children_are_named(
+    made: list[tuple[type, str]],
+) -> None:
+    # With the children named, an undeclared attribute (set by __init__) may be static.
+    register(made, Annotated, ["x", "y"], ["z"])
+    assert oxtree.tree_structure(Annotated()).num_leaves == 2
 
 
 def test_twice_in_one_namespace(made: list[tuple[type, str]]) -> None:
