@@ -750,6 +750,34 @@ def test_jax_refusing_the_class_undoes_the_registration() -> None:
     assert Refused not in oxtree.registered_types()
 
 
+def test_a_class_jax_already_has_keeps_jaxs_rule_in_jax() -> None:
+    class Known:
+        __slots__ = ("a", "b")
+
+        def __init__(self, a: Any, b: Any) -> None:
+            self.a, self.b = a, b
+
+    jtu.register_pytree_node(Known, lambda k: ((k.a,), k.b), lambda b, c: Known(c[0], b))
+    otu.register_object(Known)
+    try:
+        assert otu.tree_leaves(Known(1, 2)) == [1, 2]  # oxtree's rule in oxtree
+        assert jtu.tree_leaves(Known(1, 2)) == [1]  # JAX's in JAX
+    finally:
+        oxtree.unregister_pytree_node(Known)
+
+
+def test_the_core_reports_the_attributes_of_such_a_rule(made: list[tuple[type, str]]) -> None:
+    cls = register(made, slotted(), ["w", "b"], ["act"], namespace=NS)
+    assert oxtree._core._attribute_fields(cls, namespace=NS) == (["w", "b"], ["act"])
+    assert oxtree._core._attribute_fields(cls) is None  # not registered globally
+    other = plain()
+    oxtree.register_pytree_node(other, lambda p: ((p.w,), None), lambda _, c: other(c[0], 0))
+    made.append((other, ""))
+    assert oxtree._core._attribute_fields(other) is None  # another rule
+    with pytest.raises(TypeError, match="Expected a class, got 5"):
+        oxtree._core._attribute_fields(5)  # type: ignore[arg-type]
+
+
 def test_oxtree_jax_register_mirrors_it_with_the_same_rule(made: list[tuple[type, str]]) -> None:
     cls = register(made, slotted("Mirrored"), ["w", "b"], ["act"], namespace=NS)
     assert oxjax.register(cls, NS) is cls
