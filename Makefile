@@ -26,11 +26,17 @@ build: $(STAMP)
 demo: build
 	$(PY) examples/tour.py
 
+# The type checkers run over what users annotate with (PyTree[T], the JAX face's PyTreeDef and
+# KeyPath), strict, as [tool.mypy] and [tool.pyright] in pyproject.toml set them.
+TYPING_SAMPLE := tests/typing/sample_pytree_types.py
+
 lint: $(STAMP)
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
 	$(VENV)/bin/ruff check python tests benchmarks examples tools fuzz
 	$(VENV)/bin/ruff format --check python tests benchmarks examples tools fuzz
+	$(VENV)/bin/mypy $(TYPING_SAMPLE)
+	$(VENV)/bin/pyright --pythonpath $(PY) $(TYPING_SAMPLE)
 
 fmt: $(STAMP)
 	cargo fmt --all

@@ -62,6 +62,17 @@ table, the geometric means or the targets above it, nor the JSON's ``rows`` (it 
 names it (``jax-registered`` names all four). A workload whose library is not installed is
 skipped with a line saying so.
 
+The "select" group (``select_group.py``): selecting leaves by key-path pattern (``tree_mask``
+with a glob or a regex, ``tree_labels``, ``tree_set_matching``) on ``module300``, a
+Module-like nested dict of 293 arrays, against the same written by hand with
+``jax.tree_util.tree_map_with_path`` and ``fnmatch`` (or the regex's ``fullmatch``) on
+``keystr`` of each path, which is also the reference. Only oxtree (``oxtree.tree_util``, or the
+main package with ``--face optree``) and jax are timed, on the group's own ops (``--ops`` does
+not filter them). Like the jax-registered group it has its own section and geometric mean,
+outside the table, its geomeans and targets, and the JSON's ``rows`` (it is under
+``select``); a full run includes it, ``--quick`` only when ``--workloads`` names it
+(``select`` or ``module300``).
+
 The "object" group, workload ``object1k``: a list of 1,000 instances of ``Node2``'s shape (a
 slotted class with attributes ``a`` and ``b``) registered with ``oxtree.register_object``, which
 oxtree walks and rebuilds with no Python call per node. It is timed on flatten, unflatten and
@@ -130,6 +141,7 @@ from typing import Any
 
 import jax_registered
 import numpy as np
+import select_group
 
 # --------------------------------------------------------------------------------------
 # Workloads
@@ -994,10 +1006,11 @@ def run(
     Workloads of the jax-registered group (`jax_registered.WORKLOADS`, or `JAX_GROUP` for all
     of them) go to the result's "jax_registered" entry (see `_run_jax_registered`), never to
     its "rows"; the entry is there only when such a workload was asked for (a full run asks
-    for all of them). `OBJECT_WORKLOAD` likewise goes to "object_registered"
-    (`_run_object_group`).
+    for all of them). Likewise the select group's (`select_group.WORKLOADS`, or
+    `select_group.GROUP`) go to its "select" entry (see `_run_select`), and `OBJECT_WORKLOAD`
+    to "object_registered" (`_run_object_group`).
     """
-    workload_names, jax_names, object_names = _split_workloads(workloads, quick)
+    workload_names, jax_names, select_names, object_names = _split_workloads(workloads, quick)
     op_names = _parse_list(ops if ops is not None or not quick else QUICK_OPS, OPS, "op")
     lib_names = _parse_list(libs, LIBS, "library")
     repeats = repeats if repeats is not None else (3 if quick else 7)
@@ -1017,6 +1030,8 @@ def run(
         extra["jax_registered"] = _run_jax_registered(
             jax_names, op_names, modules, repeats, target, progress, stat
         )
+    if select_names:
+        extra["select"] = _run_select(select_names, modules, repeats, target, progress, face, stat)
     if object_names:
         extra["object_registered"] = _run_object_group(
             op_names, modules, repeats, target, progress, face, stat
@@ -1039,23 +1054,36 @@ def run(
 
 def _split_workloads(
     workloads: str | Sequence[str] | None, quick: bool
-) -> tuple[list[str], list[str], list[str]]:
+) -> tuple[list[str], list[str], list[str], list[str]]:
     """The workloads asked for: (those of the main table, those of the jax-registered group,
-    the object group's). None means every workload of all three (with `quick`:
-    `QUICK_WORKLOADS`, none of the groups')."""
+    those of the select group, the object group's). None means every workload of all four
+    (with `quick`: `QUICK_WORKLOADS`, none of the groups')."""
     if workloads is None:
         if quick:
-            return list(QUICK_WORKLOADS), [], []
-        return list(WORKLOADS), list(jax_registered.WORKLOADS), [OBJECT_WORKLOAD]
-    allowed = [*WORKLOADS, *jax_registered.WORKLOADS, JAX_GROUP, OBJECT_WORKLOAD]
+            return list(QUICK_WORKLOADS), [], [], []
+        return (
+            list(WORKLOADS),
+            list(jax_registered.WORKLOADS),
+            list(select_group.WORKLOADS),
+            [OBJECT_WORKLOAD],
+        )
+    groups = {JAX_GROUP: jax_registered.WORKLOADS, select_group.GROUP: select_group.WORKLOADS}
+    allowed = [
+        *WORKLOADS,
+        *jax_registered.WORKLOADS,
+        *select_group.WORKLOADS,
+        *groups,
+        OBJECT_WORKLOAD,
+    ]
     names: list[str] = []
     for name in _parse_list(workloads, allowed, "workload"):
-        for n in jax_registered.WORKLOADS if name == JAX_GROUP else [name]:
+        for n in groups.get(name, [name]):
             if n not in names:
                 names.append(n)
     return (
         [n for n in names if n in WORKLOADS],
         [n for n in names if n in jax_registered.WORKLOADS],
+        [n for n in names if n in select_group.WORKLOADS],
         [n for n in names if n == OBJECT_WORKLOAD],
     )
 
@@ -1194,6 +1222,41 @@ def _run_jax_registered(
             if progress is not None:
                 progress(f"{wname:>13} {op:<17} done")
         del w
+    return out
+
+
+def _run_select(
+    workload_names: list[str],
+    modules: dict[str, Any],
+    repeats: int,
+    target: float,
+    progress: Callable[[str], None] | None,
+    face: str = "optree",
+    stat: str = "median",
+) -> dict[str, Any]:
+    """Time the select group: oxtree and jax (by hand: `tree_map_with_path` and `fnmatch`),
+    those of the two in `modules`, on every op of `select_group.OPS`, interleaved as in the
+    main table; jax.tree_util's hand-written answer is the reference (even when jax is not
+    timed)."""
+    libs = [lib for lib in ("oxtree", "jax") if lib in modules]
+    out: dict[str, Any] = {"libs": libs, "ops": list(select_group.OPS), "rows": []}
+    if not libs:
+        out["skipped"] = "neither oxtree nor jax is run"
+        return out
+    jtu = importlib.import_module("jax.tree_util")
+    for wname in workload_names:
+        tree = select_group.WORKLOADS[wname]()
+        for op in select_group.OPS:
+            expected = select_group.reference(jtu, tree, op)
+            row: dict[str, Any] = {"workload": wname, "op": op, "leaves": len(expected), "libs": {}}
+            cases = {
+                lib: Case(*select_group.case(lib, modules[lib], tree, op, face, expected, jtu))
+                for lib in libs
+            }
+            row["libs"].update(_bench_pair(cases, repeats, target, stat))
+            out["rows"].append(row)
+            if progress is not None:
+                progress(f"{wname:>11} {op:<17} done")
     return out
 
 
@@ -1552,6 +1615,53 @@ def format_jax_registered(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def format_select(results: dict[str, Any]) -> str:
+    """The select group's section: its table and the geometric mean of ox/jax over its rows
+    whose results are both correct. Empty when the run did not ask for the group."""
+    group = results.get("select")
+    if group is None:
+        return ""
+    libs, rows = group["libs"], group["rows"]
+    face = results["meta"].get("face", "optree")
+    ox = "oxtree.tree_util" if face == "jax" else "oxtree"
+    lines = [
+        f"select by key-path pattern: {ox} vs jax.tree_util.tree_map_with_path + fnmatch on "
+        "keystr (a group of its own, never part of the main table's geomeans or targets)"
+    ]
+    if "skipped" in group:
+        return "\n".join([*lines, f"skipped: {group['skipped']}"])
+    both = libs == ["oxtree", "jax"]
+    header = ["workload", "op", "leaves", *(("oxtree", "by hand (jax)") if both else libs)]
+    header += ["ox/jax"] if both else []
+    body = []
+    ratios = []
+    for row in rows:
+        entries = [row["libs"].get(lib) for lib in libs]
+        cells = [row["workload"], row["op"], str(row["leaves"]), *map(_cell, entries)]
+        if both:
+            value = _ratio(row, "oxtree", "jax")
+            wrong = any(map(_wrong, entries))
+            cells.append(_fmt_ratio(value) + (" !" if wrong else ""))
+            if value is not None and not wrong:
+                ratios.append(value)
+        body.append(cells)
+    lines += _render(header, body, left=2)
+    if both:
+        lines.append(f"geomean ox/jax: {_fmt_ratio(_geomean(ratios))}")
+    if any(_wrong(e) for row in rows for e in row["libs"].values()):
+        lines.append(
+            "'!' marks a result that differs from the hand-written one; its row is left out of "
+            "the geomean."
+        )
+    for row in rows:
+        for lib, e in row["libs"].items():
+            if "error" in e:
+                lines.append(f"  {row['workload']}/{row['op']}/{lib}: {e['error']}")
+    meta = results["meta"]
+    lines.append(f"{meta.get('stat', 'median')} of {meta['repeats']} repeats")
+    return "\n".join(lines)
+
+
 def format_object_group(results: dict[str, Any]) -> str:
     """The object group's section: its table, oxtree's time over each other column's, and
     whether `OBJECT_TARGETS` are met on every op. Empty when the run did not ask for it."""
@@ -1616,7 +1726,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--workloads",
         help=f"comma-separated subset of: {','.join(WORKLOADS)}; and of the jax-registered "
-        f"group: {','.join(jax_registered.WORKLOADS)} ({JAX_GROUP}: all four); and "
+        f"group: {','.join(jax_registered.WORKLOADS)} ({JAX_GROUP}: all four); of the "
+        f"select group: {','.join(select_group.WORKLOADS)} ({select_group.GROUP}: all); and "
         f"{OBJECT_WORKLOAD}, the object group",
     )
     parser.add_argument("--ops", help=f"comma-separated subset of: {','.join(OPS)}")
@@ -1654,6 +1765,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.list:
         print("workloads:", ", ".join(WORKLOADS))
         print(f"{JAX_GROUP}:", ", ".join(jax_registered.WORKLOADS))
+        print(
+            f"{select_group.GROUP}:",
+            ", ".join(select_group.WORKLOADS),
+            "ops:",
+            ", ".join(select_group.OPS),
+        )
         print("object group:", OBJECT_WORKLOAD)
         print("ops:      ", ", ".join(OPS))
         print("libs:     ", ", ".join(LIBS))
@@ -1680,7 +1797,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     sections = [format_table(results)] if results["rows"] else []
     sections += filter(
         None,
-        [format_targets(results), format_jax_registered(results), format_object_group(results)],
+        [
+            format_targets(results),
+            format_jax_registered(results),
+            format_select(results),
+            format_object_group(results),
+        ],
     )
     print("\n\n".join(sections))
     if args.json:

@@ -173,6 +173,30 @@ def ops(fx: dict[str, Any]) -> dict[str, tuple[tuple[str, ...], Callable[[], Any
     def tree_set() -> bool:
         return is_chain(oxtree.tree_set(tree, (0,) * d, OTHER), d, OTHER)
 
+    def select_by_pattern() -> bool:
+        # Globs (one NFA state set per depth), a regex (the keystr grown and cut back as the
+        # walk goes), and a glob that fails at the first key (the chain skipped whole), on
+        # every face.
+        import re
+
+        regex = re.compile(r"[\[\]0]*")
+        ((path, _),) = tu.tree_leaves_with_path(tree)
+        ok = oxtree.PathPattern("**").match(path) and oxtree.PathPattern(regex).match(path)
+        for mask, labels, set_matching in (
+            (oxtree.tree_mask, oxtree.tree_labels, oxtree.tree_set_matching),
+            (tu.tree_mask, tu.tree_labels, tu.tree_set_matching),
+            (oxtree.tree.mask, oxtree.tree.labels, oxtree.tree.set_matching),
+        ):
+            ok = ok and (
+                is_chain(mask(tree, "[0]**"), d, True)
+                and is_chain(mask(tree, "[1]**"), d, False)
+                and is_chain(mask(tree, regex), d, True)
+                and is_chain(labels(tree, {"**": OTHER}), d, OTHER)
+                and is_chain(set_matching(tree, "**", OTHER), d, OTHER)
+                and bottom(set_matching(tree, "**", func=lambda p, x: len(p)), d) == d
+            )
+        return ok
+
     def broadcast_prefix() -> bool:
         return is_chain(
             oxtree.tree_broadcast_prefix(tree, twin), d, LEAF
@@ -548,6 +572,18 @@ def ops(fx: dict[str, Any]) -> dict[str, tuple[tuple[str, ...], Callable[[], Any
         "tree_map_with_accessor_": (("tree_map_with_accessor_",), map_with_accessor_),
         "keystr": (("keystr", "tree_util.keystr"), keystr_check),
         "tree_set": (("tree_set",), tree_set),
+        "select_by_pattern": (
+            tuple(
+                f"{face}{n}"
+                for face, names in (
+                    ("", ("tree_mask", "tree_labels", "tree_set_matching")),
+                    ("tree_util.", ("tree_mask", "tree_labels", "tree_set_matching")),
+                    ("tree.", ("mask", "labels", "set_matching")),
+                )
+                for n in names
+            ),
+            select_by_pattern,
+        ),
         "tree_broadcast_prefix": (("tree_broadcast_prefix", "broadcast_prefix"), broadcast_prefix),
         "tree_broadcast_prefix_leaf": (("tree_broadcast_prefix",), broadcast_leaf_prefix),
         "tree_broadcast_common": (("tree_broadcast_common", "broadcast_common"), broadcast_common),

@@ -5,11 +5,11 @@ paths/ key paths and accessors; registry/ registration; errors/ every error text
 and jax_face/ drop-in behaviour against optree and JAX; graph/ shared and cyclic references;
 module/ Modules; integration/ the JAX integration (filter_jit, mirroring); pretty/ the
 pretty-printer; reliability/ memory, threads, fuzzing and untrusted input; docs/ the doctests
-of the user documentation; ecosystem/ the types JAX's ecosystem registers with JAX (equinox,
-flax.struct, Flax NNX, chex, JAX's own registration functions and Partial) against
-`jax.tree_util` and `jax.tree`, and oxtree.jax on their models (each library's module skips
-when it is not installed). compat/ runs the peers' own suites (`make compat`, not collected
-here).
+of the user documentation; typing/ `PyTree[T]` at run time and to mypy and pyright;
+ecosystem/ the types JAX's ecosystem registers with JAX (equinox, flax.struct, Flax NNX, chex,
+JAX's own registration functions and Partial) against `jax.tree_util` and `jax.tree`, and
+oxtree.jax on their models (each library's module skips when it is not installed). compat/
+runs the peers' own suites (`make compat`, not collected here).
 
 Shared by the test modules, in this folder:
 

@@ -1,5 +1,6 @@
 """Type stubs for oxtree's Rust extension."""
 
+import re
 import types as _types
 from collections.abc import Callable, Iterable
 from enum import IntEnum
@@ -61,7 +62,13 @@ __all__ = [
     "tree_leaves_with_path",
     "tree_map_with_path",
     "tree_map_with_keys",
+    "PathPattern",
+    "tree_mask",
+    "tree_labels",
+    "tree_set_matching",
     "_flatten_with_steps",
+    "_tree_flatten_jax_registry",
+    "_use_jax_registry",
     "jax_face",
     "_flatten_one_level",
     "PrefixError",
@@ -394,6 +401,53 @@ def _flatten_with_steps(
 ) -> tuple[list[tuple[Any, ...]], list[Any], PyTreeSpec]: ...
 
 #: The JAX face's entry points (``oxtree.tree_util`` re-exports them).
+@final
+class PathPattern:
+    """Patterns over key paths (globs over ``keystr``, compiled ``re.Pattern``s), compiled
+    once; a leaf is selected when its key path matches any of them."""
+
+    def __new__(cls, *patterns: str | re.Pattern[str] | PathPattern) -> Self: ...
+    @property
+    def patterns(self) -> tuple[str | re.Pattern[str], ...]: ...
+    def match(self, path: Iterable[Any]) -> bool: ...
+    def _leaf_mask(self, structure: PyTreeSpec | GraphDef) -> list[bool]: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __ne__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __reduce__(self) -> tuple[Any, ...]: ...
+
+_Pattern = str | re.Pattern[str] | PathPattern
+
+def tree_mask(
+    tree: Any,
+    /,
+    *patterns: _Pattern,
+    is_leaf: Callable[..., bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Any: ...
+def tree_labels(
+    tree: Any,
+    rules: Any,
+    /,
+    default: Any = ...,
+    *,
+    is_leaf: Callable[..., bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Any: ...
+def tree_set_matching(
+    tree: Any,
+    pattern: _Pattern,
+    /,
+    value: Any = ...,
+    *,
+    func: Callable[[tuple[Any, ...], Any], Any] | None = None,
+    is_leaf: Callable[..., bool] | None = None,
+    none_is_leaf: bool = False,
+    namespace: str = "",
+) -> Any: ...
+
 jax_face: _types.ModuleType
 
 def _flatten_one_level(
@@ -528,6 +582,7 @@ def graph_flatten(
     none_is_leaf: bool = False,
     namespace: str = "",
     jax_registry: bool | None = None,
+    with_keys: bool = False,
 ) -> tuple[list[Any], GraphDef]: ...
 def graph_unflatten(graphdef: GraphDef, leaves: Iterable[Any]) -> Any: ...
 def _rebuild_graphdef(

@@ -35,7 +35,10 @@ def describe(cls: type) -> tuple[Any, ...] | None:
     registry = tu.default_registry
     if not registry.is_node(cls):
         return None
-    entry = tu._registry.get(cls)
+    try:
+        entry = tu._registry.get(cls)
+    except TypeError:  # a class whose metaclass makes it unhashable: not in JAX's table
+        entry = None
     if entry is None:
         # A builtin kind of JAX's (tuple, list, dict, None, a namedtuple), or a type
         # registered with JAX's C++ registry directly, bypassing its Python API.

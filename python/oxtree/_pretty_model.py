@@ -95,6 +95,32 @@ def _children_are_leaves(path: tuple[Any, ...], obj: Any) -> bool:
     return len(path) > 0
 
 
+# JAX's key classes, by name, and oxtree's class of the same meaning and its one field.
+_JAX_KEYS = {
+    "GetAttrKey": (GetAttrKey, "name"),
+    "DictKey": (DictKey, "key"),
+    "SequenceKey": (SequenceKey, "idx"),
+    "FlattenedIndexKey": (FlattenedIndexKey, "key"),
+}
+_OWN_KEYS = (GetAttrKey, DictKey, SequenceKey, FlattenedIndexKey)
+
+
+def own_key(key: Any) -> Any:
+    """``key`` as oxtree's key of the same meaning: a node that JAX registers (an equinox
+    module, an NNX State) names its children with JAX's key objects (``jax.tree_util.GetAttrKey``,
+    same ``name``), which the renderers read as oxtree's. Recognised by class name and module,
+    so JAX is never imported here; any other key comes back as it is."""
+    if isinstance(key, _OWN_KEYS):
+        return key
+    for cls in type(key).__mro__:
+        if cls.__module__.partition(".")[0] in ("jax", "jaxlib"):
+            found = _JAX_KEYS.get(cls.__name__)
+            if found is not None:
+                own, field = found
+                return own(getattr(key, field))
+    return key
+
+
 def one_level(
     obj: Any, is_leaf: Callable[[Any], bool] | None, none_is_leaf: bool, namespace: str
 ) -> tuple[PyTreeSpec, list[tuple[Any, Any]]]:
@@ -102,7 +128,9 @@ def one_level(
 
     One flatten whose ``is_leaf`` stops below the root: every node type, registered ones
     included, comes apart the way the engine takes it apart, with the engine's keys
-    (``flatten_with_keys`` keys for nodes registered with them).
+    (``flatten_with_keys`` keys for nodes registered with them). Display reads JAX's registry
+    too, always: an equinox module, a flax struct or an NNX State shows its fields and arrays
+    (with oxtree's key objects, see :func:`own_key`) rather than one opaque leaf.
     """
     predicate: Callable[[tuple[Any, ...], Any], bool] = _children_are_leaves
     if is_leaf is not None:
@@ -112,11 +140,16 @@ def one_level(
             return len(path) > 0 or bool(user_is_leaf(x))
 
     pairs, spec = tree_flatten_with_keys(
-        obj, predicate, is_leaf_takes_path=True, none_is_leaf=none_is_leaf, namespace=namespace
+        obj,
+        predicate,
+        is_leaf_takes_path=True,
+        none_is_leaf=none_is_leaf,
+        namespace=namespace,
+        jax_registry=True,
     )
     if spec.is_leaf():
         return spec, []
-    return spec, [(path[0], child) for path, child in pairs]
+    return spec, [(own_key(path[0]), child) for path, child in pairs]
 
 
 def display_order(obj: Any, spec: PyTreeSpec, pairs: list[tuple[Any, Any]]) -> list[Any]:
@@ -346,7 +379,17 @@ def leaf_text(obj: Any) -> str:
         return array_text(obj, shape)
     if isinstance(obj, _FUNCTION_TYPES):
         return f"<function {getattr(obj, '__qualname__', getattr(obj, '__name__', '?'))}>"
-    return safe_repr(obj)
+    text = safe_repr(obj)
+    if " at 0x" in text and callable(obj) and not isinstance(obj, type):
+        # A wrapped function (jax.nn.relu is a custom_jvp, a jitted one a PjitFunction) whose
+        # repr shows an address: by its name, as functions are.
+        try:
+            name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+        except Exception:  # a callable whose attributes raise: its repr stands
+            name = None
+        if isinstance(name, str):
+            return f"<function {name}>"
+    return text
 
 
 def _callable_text(obj: Any) -> str:
@@ -385,6 +428,19 @@ def brackets(spec: PyTreeSpec, empty: bool) -> tuple[str, str]:
         maxlen = spec.node_data()
         return "deque([", "])" if maxlen is None else f"], maxlen={maxlen})"
     return f"{type_label(spec)}(", ")"
+
+
+def node_brackets(item: Item) -> tuple[str, str]:
+    """:func:`brackets` for a node item: a registered node whose children are all keyed by
+    ``DictKey`` (an NNX State, a mapping registered with JAX) holds them in braces, as an
+    ``OrderedDict`` does: ``State({'kernel': ...})``."""
+    assert item.spec is not None
+    opening, closing = brackets(item.spec, not item.entries)
+    if item.spec.kind == PyTreeKind.CUSTOM:
+        keys = [child.key for child in item.entries if child.kind != MORE]
+        if keys and all(isinstance(key, DictKey) for key in keys):
+            return opening + "{", "}" + closing
+    return opening, closing
 
 
 def key_label(key: Any) -> str:

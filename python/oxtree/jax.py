@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
+import re
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar, overload
@@ -45,6 +46,7 @@ from oxtree._core import (
     DictKey,
     FlattenedIndexKey,
     GetAttrKey,
+    PathPattern,
     SequenceKey,
     _FilterJitCore,
     _flatten_one_level,
@@ -1014,9 +1016,11 @@ def partition(
     places. :func:`combine` puts them back together.
 
     ``filter_spec`` is a function of a leaf returning a bool (:func:`is_array`,
-    :func:`is_inexact_array`, ...), a bool, or a tree prefix of ``tree`` holding such
-    functions and bools. With a function or a bool the tree is flattened as a graph, so
-    shared objects and cycles are kept.
+    :func:`is_inexact_array`, ...), a bool, a tree prefix of ``tree`` holding such
+    functions and bools, or an :class:`oxtree.PathPattern` (globs over the leaf's
+    ``keystr``; see docs/key-paths.md), which selects the leaves whose key path matches.
+    With a function, a bool or a pattern the tree is flattened as a graph, so shared
+    objects and cycles are kept.
 
     >>> import jax.numpy as jnp
     >>> arrays, rest = partition({'w': jnp.ones(2), 'act': 'relu'}, is_array)
@@ -1024,19 +1028,29 @@ def partition(
     {'w': Array([1., 1.], dtype=float32), 'act': None}
     >>> rest
     {'w': None, 'act': 'relu'}
+    >>> from oxtree import PathPattern
+    >>> tree = {'enc': {'w': 1.0}, 'head': {'w': 2.0}}
+    >>> frozen, trained = partition(tree, PathPattern("['enc']**"))
+    >>> frozen, trained
+    ({'enc': {'w': 1.0}, 'head': {'w': None}}, {'enc': {'w': None}, 'head': {'w': 2.0}})
     """
     unflatten: Callable[[list[Any]], Any]
-    if callable(filter_spec) or isinstance(filter_spec, bool):
+    if isinstance(filter_spec, PathPattern):
         leaves, graphdef = graph_flatten(tree, is_leaf=is_leaf, namespace=namespace)
-        specs = [filter_spec] * len(leaves)
+        mask = filter_spec._leaf_mask(graphdef)
         unflatten = functools.partial(graph_unflatten, graphdef)
     else:
-        leaves, treespec = _core._tree_flatten_jax_registry(tree, is_leaf, namespace=namespace)
-        specs = _core._broadcast_prefix(
-            filter_spec, tree, is_leaf, namespace=namespace, leaves=True, jax_registry=True
-        )
-        unflatten = treespec.unflatten
-    mask = [_select(spec, leaf) for spec, leaf in zip(specs, leaves, strict=True)]
+        if callable(filter_spec) or isinstance(filter_spec, bool):
+            leaves, graphdef = graph_flatten(tree, is_leaf=is_leaf, namespace=namespace)
+            specs = [filter_spec] * len(leaves)
+            unflatten = functools.partial(graph_unflatten, graphdef)
+        else:
+            leaves, treespec = _core._tree_flatten_jax_registry(tree, is_leaf, namespace=namespace)
+            specs = _core._broadcast_prefix(
+                filter_spec, tree, is_leaf, namespace=namespace, leaves=True, jax_registry=True
+            )
+            unflatten = treespec.unflatten
+        mask = [_select(spec, leaf) for spec, leaf in zip(specs, leaves, strict=True)]
     return (
         unflatten([leaf if m else replace for leaf, m in zip(leaves, mask, strict=True)]),
         unflatten([replace if m else leaf for leaf, m in zip(leaves, mask, strict=True)]),
@@ -1047,9 +1061,16 @@ def _select(spec: Any, leaf: Any) -> bool:
     if isinstance(spec, bool):
         return spec
     if not callable(spec):
+        note = (
+            " (a PathPattern is a whole filter spec, never a part of one)"
+            if isinstance(spec, PathPattern)
+            else f"; for a path pattern write PathPattern({spec!r})"
+            if isinstance(spec, str | re.Pattern)
+            else ""
+        )
         raise TypeError(
             "partition: a filter spec holds bools and functions of a leaf, "
-            f"got {type(spec).__name__}"
+            f"got {type(spec).__name__}{note}"
         )
     return _check_bool(spec(leaf))
 

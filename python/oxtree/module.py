@@ -5,7 +5,10 @@ has a :class:`Kind`: ``PARAMETER`` and ``STATE`` attributes hold the leaves, ``M
 attributes hold submodules (flattened in turn), and every other attribute (``OTHERS``) is
 configuration kept in the treedef. Kinds come from ``register_parameter`` /
 ``register_state`` / ``register_module``, from annotations (``weight: Parameter``), or, for a
-Module (or a list, tuple or dict of Modules) assigned to an attribute, by themselves.
+Module (or a list, tuple or dict of Modules) assigned to an attribute, by themselves; a pytree
+that JAX registers and oxtree does not (an equinox module, a flax struct, an NNX State)
+assigned to an attribute is a ``PARAMETER`` by itself, its arrays the module's leaves to JAX,
+to ``oxtree.jax`` and to the module's methods.
 
 >>> import oxtree
 >>> class Counter(Module):
@@ -40,10 +43,15 @@ from typing import Annotated, Any, Self, TypeVar
 from oxtree import _jax_hook
 from oxtree._core import (
     GetAttrKey,
+    PathPattern,
+    PyTreeKind,
+    _node_kind,
     _set_module_hooks,
+    _tree_flatten_jax_registry,
     graph_flatten,
     graph_unflatten,
     register_pytree_node,
+    registered_types,
     tree_leaves,
     tree_map,
 )
@@ -468,18 +476,40 @@ def __getattr__(name: str) -> Any:
 
 # What JAX calls to flatten a module: its graph, with None as a leaf so that a module and its
 # gradient (None where nothing is differentiated) have equal aux data; JAX then sees each None
-# child as its own None. A partial of the core function: no Python frame per call.
+# child as its own None. The graph reads JAX's registry, so the arrays of an equinox module or
+# a flax struct held by the module are its children and a tie inside one is kept. A partial of
+# the core function: no Python frame per call.
 _graph_children: Callable[[Module], tuple[list[Any], Any]] = functools.partial(
-    graph_flatten, none_is_leaf=True
+    graph_flatten, none_is_leaf=True, jax_registry=True
+)
+
+# How a module's own methods (update, select, state_dict, load_state_dict) see its graph: as
+# JAX sees it, so their leaves and key paths are those of JAX's transforms and of orbax.
+_module_graph: Callable[[Any], tuple[list[Any], Any]] = _graph_children
+
+# The same graph with each registered node asked for its keys (an equinox module's
+# flatten_with_keys): its `paths()` name every leaf as JAX's key paths do (`.lin.weight`).
+_keyed_graph: Callable[[Any], tuple[list[Any], Any]] = functools.partial(
+    graph_flatten, none_is_leaf=True, jax_registry=True, with_keys=True
 )
 
 
 def _graph_children_with_keys(m: Module) -> tuple[list[tuple[Any, Any]], Any]:
-    leaves, gd = _graph_children(m)
+    leaves, gd = _keyed_graph(m)
     # Every key is a ModulePath, a one-step path too: tools that rebuild a tree from its key
     # paths (orbax) expect the children of one node to have keys of one type.
     module_path = _module_path_type()
     return [(module_path(p), leaf) for p, leaf in zip(gd.paths(), leaves, strict=True)], gd
+
+
+def _child_at(node: Any, entry: Any) -> Any:
+    """The child of ``node`` that the key ``entry`` names (an attribute, a key, an index)."""
+    if isinstance(node, Module) and type(entry) is GetAttrKey:
+        return node.__dict__[entry.name]
+    name = getattr(entry, "name", _MISSING)
+    if name is not _MISSING:
+        return getattr(node, name)
+    return node[getattr(entry, "idx", getattr(entry, "key", _MISSING))]
 
 
 # What JAX calls to rebuild one: the core's graph_unflatten(graphdef, children) as it is.
@@ -507,6 +537,54 @@ def _holds_modules(value: Any) -> bool:
     if isinstance(value, dict):
         return bool(value) and all(isinstance(v, Module) for v in value.values())
     return False
+
+
+# Types whose instances are never nodes that JAX alone registers: most configuration values,
+# answered by one set lookup.
+_NOT_JAX_NODES = frozenset(
+    {int, float, complex, bool, str, bytes, type(None), set, frozenset, type}
+    | {type(_is_array), type(len), type(Kind.define)}
+)
+
+
+def _jax_node(value: Any) -> bool:
+    """Whether ``value`` is a node that JAX registers and oxtree does not (an equinox module,
+    a flax.struct dataclass, an NNX State, a ``jax.tree_util.Partial``). Never imports JAX."""
+    cls = type(value)
+    if cls in _NOT_JAX_NODES:
+        return False
+    # JAX's own registry first: one C++ lookup says no for a leaf type (the core's answer,
+    # asked next, costs a microsecond).
+    tu = sys.modules.get("jax._src.tree_util")
+    if tu is None or not tu.default_registry.is_node(cls):
+        return False
+    return (
+        _node_kind(cls, jax=True) is PyTreeKind.CUSTOM
+        and not issubclass(cls, Module)
+        and cls not in registered_types()
+    )
+
+
+def _holds_jax_nodes(value: Any) -> bool:
+    """A JAX node (see :func:`_jax_node`), or a non-empty list, tuple or dict of them: what an
+    attribute holds that becomes a ``PARAMETER`` by itself."""
+    if isinstance(value, list | tuple):
+        items: Any = value
+    elif isinstance(value, dict):
+        items = value.values()
+    else:
+        return _jax_node(value)
+    # A container of plain values (sizes, names) is answered by its first item's type.
+    return (
+        bool(items) and type(next(iter(items))) not in _NOT_JAX_NODES and all(map(_jax_node, items))
+    )
+
+
+def _nones(value: Any) -> Any:
+    """``value`` with every leaf None, its structure kept: JAX's registered nodes (an equinox
+    module, a flax struct) included, as the module's graph sees them."""
+    leaves, spec = _tree_flatten_jax_registry(value)
+    return spec.unflatten([None] * len(leaves))
 
 
 def _is_module(x: Any) -> bool:
@@ -539,8 +617,10 @@ class Module:
     Register attributes with :meth:`register_parameter`, :meth:`register_state` and
     :meth:`register_module`, or declare them with annotations (``weight: Parameter``,
     ``count: State``); a Module, or a list, tuple or dict of Modules, assigned to an
-    attribute becomes a ``MODULE`` by itself. Anything else is configuration (``OTHERS``),
-    kept in the treedef; ``training`` (True by default) is configuration too.
+    attribute becomes a ``MODULE`` by itself, and a pytree that JAX registers and oxtree does
+    not (an equinox module, a flax struct), or a list, tuple or dict of them, a
+    ``PARAMETER``. Anything else is configuration (``OTHERS``), kept in the treedef;
+    ``training`` (True by default) is configuration too.
 
     Flattening, ``tree_map`` and ``jax.jit`` keep the class, the kinds and the
     configuration, and never call ``__init__``. Keys are ``GetAttrKey``s, so paths read
@@ -703,6 +783,9 @@ class Module:
             if _holds_modules(value):
                 self._register_kind(name, value, Kind.MODULE, assigned=True)
                 return
+            if type(value) not in _NOT_JAX_NODES and _holds_jax_nodes(value):
+                self._register_kind(name, value, Kind.PARAMETER, assigned=True)
+                return
             if _is_array(value):
                 _static_key(value, lambda: f"{type(self).__qualname__}.{name}")
             _DEF_SLOT.__set__(self, layout.stale)
@@ -766,8 +849,8 @@ class Module:
                 f"{type(self).__qualname__}.update expects a {type(self).__qualname__}, "
                 f"got {type(other).__qualname__}"
             )
-        mine, gd = graph_flatten(self, none_is_leaf=True)
-        theirs, other_gd = graph_flatten(other, none_is_leaf=True)
+        mine, gd = _module_graph(self)
+        theirs, other_gd = _module_graph(other)
         if gd != other_gd:
             # The tree engine names the first path where they part.
             tree_map(lambda a, b: a, self, other, none_is_leaf=True)
@@ -787,8 +870,11 @@ class Module:
         remain (every other leaf is None); shared submodules stay shared.
 
         A filter is a :class:`Kind`, a type (of the leaf), a bool, a function of
-        ``(path, kind, leaf)``, or one of :class:`OfKind`, :class:`OfType`,
-        :class:`PathContains`, :class:`All`, :class:`AnyOf`, :class:`Not`.
+        ``(path, kind, leaf)``, one of :class:`OfKind`, :class:`OfType`,
+        :class:`PathContains`, :class:`All`, :class:`AnyOf`, :class:`Not`, or an
+        :class:`oxtree.PathPattern` (globs over the leaf's ``keystr`` such as
+        ``'layers[*].w'``; see docs/key-paths.md), matched in one pass over the module's
+        graph.
 
         >>> class M(Module):
         ...     def __init__(self):
@@ -798,14 +884,16 @@ class Module:
         >>> s = M().select(Kind.PARAMETER, Not(PathContains('b')))
         >>> s.w, s.b, s.n
         (1.0, None, None)
+        >>> from oxtree import PathPattern
+        >>> M().select(Not(PathPattern('b'))).state_dict()
+        {'w': 1.0, 'n': 0}
         """
         test = All(*filters)
-        leaves, gd = graph_flatten(self, none_is_leaf=True)
-        kept = [
-            leaf if leaf is not None and test(path, kind, leaf) else None
-            for path, kind, leaf in zip(gd.paths(), _leaf_kinds(self, gd), leaves, strict=True)
-        ]
-        return graph_unflatten(gd, kept)  # type: ignore[no-any-return]
+        leaves, gd = _keyed_graph(self)
+        kept = test._mask(_Leaves(self, gd, leaves), [leaf is not None for leaf in leaves])
+        return graph_unflatten(  # type: ignore[no-any-return]
+            gd, [leaf if k else None for leaf, k in zip(leaves, kept, strict=True)]
+        )
 
     def state_dict(self, *filters: Any) -> dict[str, Any]:
         """The leaves by key path (``keystr`` without the leading dot), each shared one once,
@@ -823,7 +911,7 @@ class Module:
         from oxtree._core import keystr
 
         source = self.select(*filters) if filters else self
-        leaves, gd = graph_flatten(source, none_is_leaf=True)
+        leaves, gd = _keyed_graph(source)
         return {
             keystr(path).removeprefix("."): leaf
             for path, leaf in zip(gd.paths(), leaves, strict=True)
@@ -857,7 +945,7 @@ class Module:
                 f"{type(self).__qualname__}.load_state_dict expects a mapping from key paths "
                 f"to leaves, got {type(state).__name__}"
             )
-        leaves, gd = graph_flatten(self, none_is_leaf=True)
+        leaves, gd = _keyed_graph(self)
         keys = [keystr(path).removeprefix(".") for path in gd.paths()]
         new = [
             state.get(key, leaf) if leaf is not None else state.get(key)
@@ -997,17 +1085,13 @@ def _rebuild(root: _M, *, keep: Kind | None = None, training: bool | None = None
             if kind is Kind.MODULE:
                 d[name] = tree_map(visit, d[name], is_leaf=_is_module)
             elif keep is not None and kind is not keep:
-                d[name] = tree_map(_none, d[name])
+                d[name] = _nones(d[name])
         if training is not None and d.get("training") is not training:
             d["training"] = training
             _DEF_SLOT.__set__(new, m._oxtree_def.layout.stale)
         return new
 
     return visit(root)  # type: ignore[no-any-return]
-
-
-def _none(_: Any) -> None:
-    return None
 
 
 def _short_repr(value: Any) -> str:
@@ -1032,7 +1116,7 @@ def _check_like(m: Module, what: str, gd: Any, old: list[Any], new: list[Any]) -
         return
     from oxtree._core import keystr
 
-    paths = gd.paths()
+    paths = _keyed_graph(m)[1].paths()
     detail = "; ".join(
         f"{keystr(paths[i]).removeprefix('.')}: expected {old[i].dtype}{list(old[i].shape)}, "
         f"got {new[i].dtype}{list(new[i].shape)}"
@@ -1057,9 +1141,8 @@ def _kind_at(root: Any, path: tuple[Any, ...]) -> Kind | None:
             kind = node._oxtree_def.layout.name_to_kind.get(entry.name, Kind.OTHERS)
             node = node.__dict__.get(entry.name)
             continue
-        key = getattr(entry, "idx", getattr(entry, "key", _MISSING))
         try:
-            node = node[key]
+            node = _child_at(node, entry)
         except Exception:  # a registered node's entry: the kind stays that of its holder
             break
     return kind
@@ -1070,11 +1153,56 @@ def _kind_at(root: Any, path: tuple[Any, ...]) -> Kind | None:
 # --------------------------------------------------------------------------------------------
 
 
+class _Leaves:
+    """The leaves of a module's graph as filters see them, each column made when first asked
+    for: a path pattern needs neither the paths nor the kinds."""
+
+    __slots__ = ("_kinds", "_paths", "graphdef", "leaves", "root")
+
+    def __init__(self, root: Module, graphdef: Any, leaves: list[Any]) -> None:
+        self.root, self.graphdef, self.leaves = root, graphdef, leaves
+        self._paths: list[tuple[Any, ...]] | None = None
+        self._kinds: list[Kind | None] | None = None
+
+    @property
+    def paths(self) -> list[tuple[Any, ...]]:
+        if self._paths is None:
+            self._paths = self.graphdef.paths()
+        return self._paths
+
+    @property
+    def kinds(self) -> list[Kind | None]:
+        if self._kinds is None:
+            self._kinds = _leaf_kinds(self.root, self.graphdef)
+        return self._kinds
+
+
+def _mask_of(f: Any, at: _Leaves, ask: list[bool]) -> list[bool]:
+    """Whether filter ``f`` accepts each leaf of ``at`` where ``ask`` says to ask it (False
+    elsewhere, without asking): filters joined by All, AnyOf and Not are asked about the
+    leaves the ones before them left open, as ``all`` and ``any`` would, so a filter after
+    ``OfType(jax.Array)`` sees arrays only."""
+    if isinstance(f, _Filter):
+        return f._mask(at, ask)
+    return [
+        a and bool(f(path, kind, leaf))
+        for a, path, kind, leaf in zip(ask, at.paths, at.kinds, at.leaves, strict=True)
+    ]
+
+
 class _Filter:
     __slots__ = ()
 
     def __call__(self, path: tuple[Any, ...], kind: Kind | None, leaf: Any) -> bool:
         raise NotImplementedError
+
+    def _mask(self, at: _Leaves, ask: list[bool]) -> list[bool]:
+        """Whether this filter accepts each leaf of ``at`` where ``ask`` is true (see
+        ``_mask_of``); one call per leaf unless a subclass knows better."""
+        return [
+            a and bool(self(path, kind, leaf))
+            for a, path, kind, leaf in zip(ask, at.paths, at.kinds, at.leaves, strict=True)
+        ]
 
     def __repr__(self) -> str:
         args = ", ".join(repr(getattr(self, n)) for n in self.__slots__)
@@ -1092,10 +1220,34 @@ def _as_filter(f: Any) -> Callable[[tuple[Any, ...], Kind | None, Any], bool]:
         return OfType(f)
     if callable(f):
         return f  # type: ignore[no-any-return]
+    if isinstance(f, PathPattern):
+        return _Matches(f)
+    hint = f"; for a path pattern write PathPattern({f!r})" if isinstance(f, str) else ""
     raise TypeError(
-        "a module filter is a Kind, a type, a bool, a function of (path, kind, leaf) or a "
-        f"filter such as OfKind or PathContains, got {type(f).__name__}: {f!r}"
+        "a module filter is a Kind, a type, a bool, a function of (path, kind, leaf), a "
+        "PathPattern or a filter such as OfKind or PathContains, got "
+        f"{type(f).__name__}: {f!r}{hint}"
     )
+
+
+class _Matches(_Filter):
+    """Accepts the leaves whose key path matches a :class:`oxtree.PathPattern`; a module's
+    leaves are matched all at once by the core (``PathPattern._leaf_mask``)."""
+
+    __slots__ = ("pattern",)
+
+    def __init__(self, pattern: PathPattern) -> None:
+        self.pattern = pattern
+
+    def __call__(self, path: tuple[Any, ...], kind: Kind | None, leaf: Any) -> bool:
+        return self.pattern.match(path)
+
+    def _mask(self, at: _Leaves, ask: list[bool]) -> list[bool]:
+        matched = self.pattern._leaf_mask(at.graphdef)
+        return [a and m for a, m in zip(ask, matched, strict=True)]
+
+    def __repr__(self) -> str:
+        return repr(self.pattern)
 
 
 def _all_of(items: tuple[_T, ...], cls: type, message: str) -> tuple[_T, ...]:
@@ -1175,6 +1327,18 @@ class _Combined(_Filter):
     def __call__(self, path: tuple[Any, ...], kind: Kind | None, leaf: Any) -> bool:
         return type(self)._join(f(path, kind, leaf) for f in self.filters)
 
+    def _mask(self, at: _Leaves, ask: list[bool]) -> list[bool]:
+        if type(self)._join is all:  # each filter asked where all before it accepted
+            for f in self.filters:
+                ask = _mask_of(f, at, ask)
+            return ask
+        accepted = [False] * len(ask)  # any: each filter asked where none before accepted
+        for f in self.filters:
+            hit = _mask_of(f, at, ask)
+            accepted = [a or h for a, h in zip(accepted, hit, strict=True)]
+            ask = [a and not h for a, h in zip(ask, hit, strict=True)]
+        return accepted
+
 
 class All(_Combined):
     """Accepts the leaves every one of ``filters`` accepts (all leaves when none is given).
@@ -1212,3 +1376,7 @@ class Not(_Filter):
 
     def __call__(self, path: tuple[Any, ...], kind: Kind | None, leaf: Any) -> bool:
         return not self.filter(path, kind, leaf)
+
+    def _mask(self, at: _Leaves, ask: list[bool]) -> list[bool]:
+        inner = _mask_of(self.filter, at, ask)
+        return [a and not m for a, m in zip(ask, inner, strict=True)]

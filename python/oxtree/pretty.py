@@ -34,11 +34,11 @@ from oxtree._pretty_model import (
     array_shape,
     array_text,
     atom_text,
-    brackets,
     build,
     build_from_spec,
     display_order,
     key_label,
+    node_brackets,
     one_level,
     short_repr,
     type_label,
@@ -99,7 +99,7 @@ def _fill_flat(root: Item, width: int) -> None:
             item.flat = text if len(text) <= width and "\n" not in text else None
             continue
         assert item.spec is not None
-        opening, closing = brackets(item.spec, not item.entries)
+        opening, closing = node_brackets(item)
         parts = [opening]
         length = len(opening) + len(closing)
         for index, child in enumerate(item.entries):
@@ -147,7 +147,7 @@ def _layout(root: Item, width: int, indent: int) -> str:
                 lines.append(pad + rest[-1] + suffix)
             continue
         assert item.spec is not None
-        opening, closing = brackets(item.spec, not item.entries)
+        opening, closing = node_brackets(item)
         if not item.entries:
             lines.append(pad + label + opening + closing + suffix)
             continue

@@ -14,12 +14,15 @@ from oxtree.tree_util import (
     tree_broadcast,
     tree_flatten,
     tree_flatten_with_path,
+    tree_labels,
     tree_leaves,
     tree_leaves_with_path,
     tree_map,
     tree_map_with_path,
+    tree_mask,
     tree_reduce,
     tree_reduce_associative,
+    tree_set_matching,
     tree_structure,
     tree_transpose,
     tree_unflatten,
@@ -29,12 +32,15 @@ all = tree_all
 broadcast = tree_broadcast
 flatten = tree_flatten
 flatten_with_path = tree_flatten_with_path
+labels = tree_labels
 leaves = tree_leaves
 leaves_with_path = tree_leaves_with_path
 map = tree_map
 map_with_path = tree_map_with_path
+mask = tree_mask
 reduce = tree_reduce
 reduce_associative = tree_reduce_associative
+set_matching = tree_set_matching
 structure = tree_structure
 transpose = tree_transpose
 unflatten = tree_unflatten
@@ -66,12 +72,15 @@ __all__ = [
     "broadcast",
     "flatten",
     "flatten_with_path",
+    "labels",
     "leaves",
     "leaves_with_path",
     "map",
     "map_with_path",
+    "mask",
     "reduce",
     "reduce_associative",
+    "set_matching",
     "static",
     "structure",
     "transpose",

@@ -29,6 +29,7 @@ from oxtree._core import (
     DictKey,
     FlattenedIndexKey,
     GetAttrKey,
+    PathPattern,
     PyTreeKind,
     PyTreeSpec,
     SequenceKey,
@@ -52,6 +53,9 @@ all_leaves = _jax.all_leaves
 tree_flatten_with_path = _jax.tree_flatten_with_path
 tree_leaves_with_path = _jax.tree_leaves_with_path
 tree_map_with_path = _jax.tree_map_with_path
+tree_mask = _jax.tree_mask
+tree_labels = _jax.tree_labels
+tree_set_matching = _jax.tree_set_matching
 
 #: JAX's treedef class (one class serves both faces; a treedef knows which it is).
 PyTreeDef = PyTreeSpec
@@ -558,6 +562,7 @@ __all__ = [
     "KeyEntry",
     "KeyPath",
     "Partial",
+    "PathPattern",
     "PyTreeDef",
     "SequenceKey",
     "all_leaves",
@@ -577,12 +582,15 @@ __all__ = [
     "tree_broadcast",
     "tree_flatten",
     "tree_flatten_with_path",
+    "tree_labels",
     "tree_leaves",
     "tree_leaves_with_path",
     "tree_map",
     "tree_map_with_path",
+    "tree_mask",
     "tree_reduce",
     "tree_reduce_associative",
+    "tree_set_matching",
     "tree_structure",
     "tree_transpose",
     "tree_unflatten",

@@ -1,7 +1,9 @@
 """Type annotations for pytrees, as ``optree.typing`` offers them.
 
 ``PyTree[T]`` is the union of ``T`` and every container kind holding ``PyTree[T]``;
-``PyTreeTypeVar('Name', T)`` is the same union under a name of its own.
+``PyTreeTypeVar('Name', T)`` is the same union under a name of its own. Type checkers see
+``PyTree`` as a recursive generic type alias (see ``PyTree``'s comment below), which mypy and
+pyright both accept; the run time keeps optree's class and the unions it makes.
 
 >>> from oxtree.typing import PyTree
 >>> PyTree[int]  # doctest: +NORMALIZE_WHITESPACE
@@ -23,6 +25,7 @@ import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import (
+    TYPE_CHECKING,
     Any,
     ClassVar,
     DefaultDict,
@@ -35,6 +38,7 @@ from typing import (
     Optional,
     Protocol,
     Tuple,
+    TypeAlias,
     TypeVar,
     Union,
     final,
@@ -194,33 +198,68 @@ def _type_name(param: Any) -> str:
     return repr(param)
 
 
-class PyTree(Generic[T]):
-    """The type of a pytree whose leaves are ``T``: ``PyTree[T]`` (or ``PyTree[T, 'Name']``).
+# What type checkers see is not what runs. optree's `PyTree` is a class whose
+# `__class_getitem__` builds a `Union` at run time; a checker cannot run that, so it reads
+# `PyTree[int]` as an instance of the class `PyTree` and rejects every real tree passed for it
+# (optree#251). For checkers `PyTree` is instead a recursive generic type alias, which mypy
+# and pyright both resolve. Its members differ from the run-time union's on purpose:
+# - `Sequence` and `Mapping` where the union has `tuple`, `list`, `dict` and `deque`: `list`
+#   and `dict` are invariant, so a `list[int]` or `dict[str, int]` held in a variable would not
+#   be a `list[PyTree[int]]`; `Sequence` and `Mapping`'s values are covariant and cover
+#   namedtuples, deques, OrderedDicts and defaultdicts as well. The price: a `str` is a
+#   sequence of `str`, and mypy (not pyright) takes that recursion as satisfied, so mypy lets a
+#   `str` pass for any `PyTree[X]`. (A protocol that `str` fails, by its `__contains__`, closes
+#   that hole, but then mypy no longer infers a mixed literal like `{'a': [1, (2, 3)]}` against
+#   the alias: a wrong acceptance is the lesser harm.)
+# - `None`: a node with no children (unless `none_is_leaf=True`), so `{'a': 1, 'b': None}` is a
+#   `PyTree[int]`.
+# - `CustomTreeNode[Any]`: a class that flattens itself. The protocol's parameter is invariant,
+#   so `CustomTreeNode[PyTree[T]]` would reject a node whose `__tree_unflatten__` takes
+#   `Children[int]`, as a `PyTree[int]` node's would.
+# A type registered with `register_pytree_node` cannot be known to a checker: name it in `T`
+# (`PyTree[int | Point]`). The named form `PyTree[T, 'Name']` and `PyTreeTypeVar` are
+# run-time forms only; for checkers, name a tree type with `IntTree: TypeAlias = PyTree[int]`.
+if TYPE_CHECKING:
+    from collections.abc import Mapping  # here: optree.typing has no such name
 
-    A special form: it is never instantiated nor subclassed.
+    PyTree: TypeAlias = Union[
+        T,
+        Sequence["PyTree[T]"],
+        Mapping[Any, "PyTree[T]"],
+        CustomTreeNode[Any],
+        None,
+    ]
+else:
 
-    >>> PyTree[int, 'IntTree'].__args__[:2]
-    (<class 'int'>, tuple[ForwardRef('IntTree'), ...])
-    """
+    class PyTree(Generic[T]):
+        """The type of a pytree whose leaves are ``T``: ``PyTree[T]`` (or ``PyTree[T, 'Name']``).
 
-    __slots__: ClassVar[tuple[()]] = ()
-    # Every union made here, with its parameter and name: PyTree[PyTree[T]] is PyTree[T].
-    __instances__: ClassVar[WeakKeyDictionary[Any, tuple[Any, str | None]]] = WeakKeyDictionary()
-    __instance_lock__: ClassVar[threading.Lock] = threading.Lock()
+        A special form: it is never instantiated nor subclassed.
 
-    def __class_getitem__(cls, item: Any) -> Any:  # type: ignore[override]
-        try:
-            return _pytree_union(cls, item)
-        except TypeError as ex:
-            if "unhashable" not in str(ex):
-                raise
-            return _pytree_union.__wrapped__(cls, item)
+        >>> PyTree[int, 'IntTree'].__args__[:2]
+        (<class 'int'>, tuple[ForwardRef('IntTree'), ...])
+        """
 
-    def __new__(cls, /) -> Any:
-        raise TypeError("Cannot instantiate special typing classes.")
+        __slots__: ClassVar[tuple[()]] = ()
+        # Every union made here, with its parameter and name: PyTree[PyTree[T]] is PyTree[T].
+        __instances__: ClassVar[WeakKeyDictionary[Any, tuple[Any, str | None]]] = (
+            WeakKeyDictionary()
+        )
+        __instance_lock__: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init_subclass__(cls, /, *args: Any, **kwargs: Any) -> None:
-        raise TypeError("Cannot subclass special typing classes.")
+        def __class_getitem__(cls, item: Any) -> Any:  # type: ignore[override]
+            try:
+                return _pytree_union(cls, item)
+            except TypeError as ex:
+                if "unhashable" not in str(ex):
+                    raise
+                return _pytree_union.__wrapped__(cls, item)
+
+        def __new__(cls, /) -> Any:
+            raise TypeError("Cannot instantiate special typing classes.")
+
+        def __init_subclass__(cls, /, *args: Any, **kwargs: Any) -> None:
+            raise TypeError("Cannot subclass special typing classes.")
 
 
 @functools.cache
@@ -255,12 +294,6 @@ def _pytree_union(cls: Any, item: Any) -> Any:
         cls.__instances__[alias] = (param, name)
     return alias
 
-    def __new__(cls, /) -> Any:
-        raise TypeError("Cannot instantiate special typing classes.")
-
-    def __init_subclass__(cls, /, *args: Any, **kwargs: Any) -> None:
-        raise TypeError("Cannot subclass special typing classes.")
-
 
 class PyTreeTypeVar:
     """``PyTreeTypeVar('Name', T)``: the type ``PyTree[T]`` under the name ``Name``.
@@ -269,10 +302,11 @@ class PyTreeTypeVar:
     True
     """
 
-    def __new__(cls, /, name: str, param: Any) -> Any:  # type: ignore[misc]
+    def __new__(cls, /, name: str, param: Any) -> Any:
         if not isinstance(name, str):
             raise TypeError(f"{cls.__name__} only supports a string of type name, got {name!r}.")
-        return PyTree[param, name]  # type: ignore[misc]
+        # The named form exists at run time only: checkers see PyTree's one-parameter alias.
+        return PyTree[param, name]  # type: ignore[misc, type-arg, valid-type]
 
     def __init_subclass__(cls, /, *args: Any, **kwargs: Any) -> None:
         raise TypeError("Cannot subclass special typing classes.")

@@ -1292,5 +1292,9 @@ def test_registration_is_shared_between_the_faces() -> None:
     finally:
         oxtree.unregister_pytree_node(main)
         oxtree.unregister_pytree_node(face)
-    assert OTU.tree_leaves(tree) == tree
-    assert OTU.is_tree_node(face) is False
+    assert oxtree.tree_leaves(tree) == tree
+    assert OTU.is_tree_node(main) is False
+    # A registration through the JAX face reached JAX, which never unregisters a type; the
+    # JAX face reads JAX's registry, so it still sees `face` as JAX does.
+    assert OTU.tree_leaves(tree) == JTU.tree_leaves(tree) == [tree[0], 3, 4]
+    assert OTU.is_tree_node(face) is JTU.is_tree_node(face) is True

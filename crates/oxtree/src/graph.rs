@@ -60,13 +60,13 @@ pub struct GraphDef {
 }
 
 impl GraphDef {
-    fn spec<'a>(&'a self, py: Python<'a>) -> &'a PyTreeSpec {
+    pub(crate) fn spec<'a>(&'a self, py: Python<'a>) -> &'a PyTreeSpec {
         let _ = py;
         self.skeleton.get()
     }
 
     /// The skeleton leaf index of each reference, with its target.
-    fn ref_at(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+    pub(crate) fn ref_at(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
         self.refs.iter().map(|&(l, t)| (l as usize, t as usize))
     }
 
@@ -359,6 +359,11 @@ fn node_type_name(py: Python<'_>, node: &Node) -> String {
 /// referred to afterwards; cycles are allowed. Leaves come in the tree engine's order and
 /// are never turned into references: a leaf object met twice is in the leaves twice.
 ///
+/// `jax_registry` reads JAX's registry too (None: as `use_jax_registry` set it), so a type
+/// JAX registers (an equinox module, a flax struct) is a node; `with_keys` asks registered
+/// nodes for their keys (a `flatten_with_keys`), so `GraphDef.paths()` names their children
+/// as JAX does rather than by position.
+///
 /// >>> shared = [1, 2]
 /// >>> leaves, gd = graph_flatten({'a': shared, 'b': shared})
 /// >>> leaves, gd
@@ -367,7 +372,7 @@ fn node_type_name(py: Python<'_>, node: &Node) -> String {
 /// >>> out['a'] is out['b']
 /// True
 #[pyfunction]
-#[pyo3(signature = (*roots, is_leaf = None, none_is_leaf = false, namespace = "", jax_registry = None))]
+#[pyo3(signature = (*roots, is_leaf = None, none_is_leaf = false, namespace = "", jax_registry = None, with_keys = false))]
 pub fn graph_flatten<'py>(
     py: Python<'py>,
     roots: &Bound<'py, PyTuple>,
@@ -375,9 +380,13 @@ pub fn graph_flatten<'py>(
     none_is_leaf: bool,
     namespace: &str,
     jax_registry: Option<bool>,
+    with_keys: bool,
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, GraphDef>)> {
     walk::check_is_leaf(is_leaf)?;
-    let opts = Options::new(is_leaf, none_is_leaf, namespace).with_jax_registry(jax_registry);
+    let opts = Options {
+        with_keys,
+        ..Options::new(is_leaf, none_is_leaf, namespace).with_jax_registry(jax_registry)
+    };
     let roots: Vec<Bound<'py, PyAny>> = roots.iter().collect();
     let (leaves, gd) = flatten_roots(py, &roots, &opts)?;
     Ok((walk::list_from_vec(py, leaves), gd))

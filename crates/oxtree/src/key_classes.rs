@@ -193,7 +193,7 @@ object_key!(FlattenedIndexKey, key, PyAny, "FlattenedIndexKey", |k| Ok(
 
 /// The field holding the value of a key object of another library with JAX's key class
 /// names (`jax.tree_util.SequenceKey(idx=...)` and the others).
-fn foreign_key_field(key: &Bound<'_, PyAny>) -> Option<&'static str> {
+pub(crate) fn foreign_key_field(key: &Bound<'_, PyAny>) -> Option<&'static str> {
     let name = key.get_type().name().ok()?;
     let field = match name.to_str().ok()? {
         "SequenceKey" => "idx",

@@ -12,6 +12,7 @@ mod jax_registry;
 mod key_classes;
 mod kind;
 mod path_text;
+mod pattern;
 mod plugins;
 mod registry;
 mod spare;
@@ -38,6 +39,13 @@ mod _core {
         tree_leaves_with_path, tree_map, tree_map_, tree_map_with_keys, tree_map_with_path,
         tree_paths, tree_structure, tree_unflatten,
     };
+
+    // Selecting leaves by key-path pattern: the compiled patterns, and the main face's
+    // functions over them.
+    #[pymodule_export]
+    use crate::face::optree::{tree_labels, tree_mask, tree_set_matching};
+    #[pymodule_export]
+    use crate::pattern::PathPattern;
 
     // Treespecs, and the function their pickles call to rebuild one.
     #[pymodule_export]
@@ -113,8 +121,9 @@ mod _core {
         #[pymodule_export]
         use crate::face::jax::{
             _flatten_with_path_in, _is_leaf, all_leaves, broadcast_flattened_prefix_with_treedef,
-            tree_flatten, tree_flatten_with_path, tree_leaves, tree_leaves_with_path, tree_map,
-            tree_map_with_path, tree_structure, tree_unflatten,
+            tree_flatten, tree_flatten_with_path, tree_labels, tree_leaves, tree_leaves_with_path,
+            tree_map, tree_map_with_path, tree_mask, tree_set_matching, tree_structure,
+            tree_unflatten,
         };
     }
 

@@ -5,13 +5,14 @@
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple};
 
-use crate::errors::{type_name, TreeError};
+use crate::errors::{short_repr, type_name, TreeError};
+use crate::pattern::{Matcher, PathPattern, NO_MATCH};
 use crate::registry;
 use crate::treespec::flatten::{self, Class, Flat, Options, Walked};
 use crate::treespec::keys::{self, KeyStyle};
-use crate::treespec::{Face, PyTreeSpec};
+use crate::treespec::{select, Face, PyTreeSpec};
 
 /// A list that takes over the references in `items`.
 pub fn list_from_vec<'py>(py: Python<'py>, items: Vec<Bound<'py, PyAny>>) -> Bound<'py, PyList> {
@@ -362,4 +363,197 @@ pub fn map_with_paths_impl<'py>(
         results.push(r);
     }
     crate::treespec::build(py, &spec, results)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Selecting leaves by path pattern (pattern.rs, treespec/select.rs)
+
+/// Flattens `tree` under `opts` and matches `m` against every leaf's key path: for each leaf
+/// the tag of the first pattern it matches (`NO_MATCH` for none), the leaves (when `LEAVES`)
+/// and the treespec.
+fn select_walk<'py, const LEAVES: bool>(
+    tree: &Bound<'py, PyAny>,
+    opts: &Options<'_, 'py>,
+    m: &Matcher,
+    any_order: bool,
+) -> PyResult<(Vec<u32>, Vec<Bound<'py, PyAny>>, PyTreeSpec)> {
+    check_is_leaf(opts.is_leaf)?;
+    let opts = Options {
+        with_keys: true,
+        ..*opts
+    };
+    let flat =
+        registry::with_registry(|reg| flatten::flatten_opts::<true, LEAVES>(tree, &opts, reg))?;
+    let spec = spec_of(flat.nodes, flat.namespaced, &opts);
+    let hits = select::leaf_matches(tree.py(), &spec, m, any_order)?;
+    Ok((hits, flat.leaves, spec))
+}
+
+/// `tree_mask`: the tree with each leaf replaced by whether its key path matches any of
+/// `patterns`.
+pub fn mask_impl<'py>(
+    tree: &Bound<'py, PyAny>,
+    patterns: &Bound<'py, PyTuple>,
+    opts: &Options<'_, 'py>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = tree.py();
+    let m = PathPattern::compile_args("tree_mask", patterns.iter().collect(), false)?;
+    let (hits, _, spec) = select_walk::<false>(tree, opts, m.matcher(), true)?;
+    let flags = hits
+        .iter()
+        .map(|&h| PyBool::new(py, h != NO_MATCH).to_owned().into_any())
+        .collect();
+    crate::treespec::build(py, &spec, flags)
+}
+
+/// The patterns of some rules, and their labels.
+type Rules<'py> = (Vec<Bound<'py, PyAny>>, Vec<Bound<'py, PyAny>>);
+
+/// The (pattern, label) pairs of `tree_labels`'s rules: a mapping's items in its order, or
+/// an iterable of pairs.
+fn rule_pairs<'py>(rules: &Bound<'py, PyAny>) -> PyResult<Rules<'py>> {
+    let bad = |what: String| -> PyErr {
+        TreeError::Type(format!(
+            "tree_labels: rules is a mapping from patterns to labels or a sequence of \
+             (pattern, label) pairs, {what}"
+        ))
+        .into()
+    };
+    if rules.is_instance_of::<PyString>() || rules.is_instance_of::<pyo3::types::PyBytes>() {
+        return Err(bad(format!(
+            "got {}: {}",
+            type_name(rules),
+            short_repr(rules, 60)
+        )));
+    }
+    let items = if rules.is_instance_of::<PyDict>() || rules.hasattr("items")? {
+        rules.call_method0("items")?
+    } else {
+        rules.clone()
+    };
+    let iter = items.try_iter().map_err(|_| {
+        bad(format!(
+            "got {}: {}",
+            type_name(rules),
+            short_repr(rules, 60)
+        ))
+    })?;
+    let (mut patterns, mut labels) = (Vec::new(), Vec::new());
+    for item in iter {
+        let item = item?;
+        let pair = item
+            .cast::<PyTuple>()
+            .ok()
+            .filter(|t| t.len() == 2)
+            .map(|t| (t.get_item(0), t.get_item(1)));
+        match pair {
+            Some((Ok(p), Ok(l))) => {
+                patterns.push(p);
+                labels.push(l);
+            }
+            _ => {
+                return Err(bad(format!(
+                    "got the item {} (not a pair)",
+                    short_repr(&item, 60)
+                )))
+            }
+        }
+    }
+    Ok((patterns, labels))
+}
+
+/// `tree_labels`: the tree with each leaf replaced by the label of the first rule whose
+/// pattern its key path matches, or `default`; without a default an unmatched leaf raises.
+pub fn labels_impl<'py>(
+    tree: &Bound<'py, PyAny>,
+    rules: &Bound<'py, PyAny>,
+    default: Option<Bound<'py, PyAny>>,
+    opts: &Options<'_, 'py>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = tree.py();
+    let (patterns, labels) = rule_pairs(rules)?;
+    let m = PathPattern::compile_args("tree_labels", patterns, true)?;
+    let (hits, _, spec) = select_walk::<false>(tree, opts, m.matcher(), false)?;
+    let mut out = Vec::with_capacity(hits.len());
+    for (i, &h) in hits.iter().enumerate() {
+        let label = match labels.get(h as usize) {
+            Some(label) => label.clone(),
+            None => match &default {
+                Some(d) => d.clone(),
+                None => {
+                    let path = keys::leaf_paths(&spec, py, KeyStyle::Keys)?
+                        .swap_remove(i)
+                        .into_any();
+                    let unmatched = hits.iter().filter(|&&h| h == NO_MATCH).count();
+                    return Err(TreeError::Value(format!(
+                        "tree_labels: no rule matches the leaf at {} ({unmatched} of {} \
+                         leaves match none); add a rule for it or give a default",
+                        repr_keystr(&path)?,
+                        hits.len()
+                    ))
+                    .into());
+                }
+            },
+        };
+        out.push(label);
+    }
+    crate::treespec::build(py, &spec, out)
+}
+
+/// A key path as `keystr` prints it, `()` for the root.
+fn repr_keystr(path: &Bound<'_, PyAny>) -> PyResult<String> {
+    let text = crate::key_classes::keystr(path, false, "")?;
+    Ok(if text.is_empty() { "()".into() } else { text })
+}
+
+/// `tree_set_matching`: the tree with each leaf whose key path matches `pattern` replaced by
+/// `value`, or by `func(key_path, leaf)`; exactly one of the two is given.
+pub fn set_matching_impl<'py>(
+    tree: &Bound<'py, PyAny>,
+    pattern: &Bound<'py, PyAny>,
+    value: Option<Bound<'py, PyAny>>,
+    func: Option<&Bound<'py, PyAny>>,
+    opts: &Options<'_, 'py>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = tree.py();
+    match (&value, func) {
+        (Some(_), Some(_)) => {
+            return Err(TreeError::Type(
+                "tree_set_matching: give either value or func, not both".into(),
+            )
+            .into())
+        }
+        (None, None) => {
+            return Err(TreeError::Type(
+                "tree_set_matching: give the value to put at the matching leaves, or func \
+                 (a function of (key_path, leaf))"
+                    .into(),
+            )
+            .into())
+        }
+        (None, Some(f)) if !f.is_callable() => {
+            return Err(TreeError::Type(format!(
+                "tree_set_matching: func must be callable, got {}",
+                type_name(f)
+            ))
+            .into())
+        }
+        _ => {}
+    }
+    let m = PathPattern::compile_args("tree_set_matching", vec![pattern.clone()], false)?;
+    let (hits, leaves, spec) = select_walk::<true>(tree, opts, m.matcher(), true)?;
+    let paths = match func {
+        Some(_) => Some(keys::leaf_paths(&spec, py, KeyStyle::Keys)?),
+        None => None,
+    };
+    let mut out = Vec::with_capacity(leaves.len());
+    for (i, (leaf, &h)) in leaves.into_iter().zip(&hits).enumerate() {
+        out.push(match (h == NO_MATCH, &value, func, &paths) {
+            (true, ..) => leaf,
+            (false, Some(v), ..) => v.clone(),
+            (false, None, Some(f), Some(paths)) => f.call1((paths[i].clone(), leaf))?,
+            _ => return Err(crate::internal!("tree_set_matching without value or func")),
+        });
+    }
+    crate::treespec::build(py, &spec, out)
 }

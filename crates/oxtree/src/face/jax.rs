@@ -5,6 +5,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
+use super::Given;
 use crate::errors::Invariant;
 use crate::errors::TreeError;
 use crate::treespec::flatten::Options;
@@ -216,4 +217,57 @@ pub fn broadcast_flattened_prefix_with_treedef<'py>(
         out.extend(std::iter::repeat_n(leaf, full.nodes[j].num_leaves));
     }
     PyList::new(py, out)
+}
+
+/// The tree with every leaf replaced by whether its key path matches any of `patterns`
+/// (globs over its `keystr`, compiled `re.Pattern`s or `PathPattern`s): a mask for
+/// `optax.masked`.
+///
+/// >>> tree_mask({'enc': {'w': 1, 'bias': 2}, 'head': {'w': 3}}, "**['bias']")
+/// {'enc': {'bias': True, 'w': False}, 'head': {'w': False}}
+#[pyfunction]
+#[pyo3(signature = (tree, *patterns, is_leaf = None))]
+pub fn tree_mask<'py>(
+    tree: &Bound<'py, PyAny>,
+    patterns: &Bound<'py, PyTuple>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    walk::mask_impl(tree, patterns, &jax_opts(is_leaf, false))
+}
+
+/// The tree with every leaf replaced by the label of the first rule whose pattern its key
+/// path matches (`rules`: a mapping from patterns to labels, or `(pattern, label)` pairs),
+/// or by `default`; without a default an unmatched leaf raises ValueError. Labels for
+/// `optax.multi_transform`.
+///
+/// >>> tree_labels({'w': 1, 'b': 2}, {"['b']": 'no_decay'}, default='decay')
+/// {'b': 'no_decay', 'w': 'decay'}
+#[pyfunction]
+#[pyo3(signature = (tree, rules, default = Given(None), *, is_leaf = None))]
+#[pyo3(text_signature = "(tree, rules, default=..., *, is_leaf=None)")]
+pub fn tree_labels<'py>(
+    tree: &Bound<'py, PyAny>,
+    rules: &Bound<'py, PyAny>,
+    default: Given<'py>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    walk::labels_impl(tree, rules, default.0, &jax_opts(is_leaf, false))
+}
+
+/// A new tree in which every leaf whose key path matches `pattern` is replaced by `value`,
+/// or by `func(key_path, leaf)`.
+///
+/// >>> tree_set_matching({'enc': [1, 2], 'dec': [3]}, "['enc'][*]", 0)
+/// {'dec': [3], 'enc': [0, 0]}
+#[pyfunction]
+#[pyo3(signature = (tree, pattern, value = Given(None), *, func = None, is_leaf = None))]
+#[pyo3(text_signature = "(tree, pattern, value=..., *, func=None, is_leaf=None)")]
+pub fn tree_set_matching<'py>(
+    tree: &Bound<'py, PyAny>,
+    pattern: &Bound<'py, PyAny>,
+    value: Given<'py>,
+    func: Option<&Bound<'py, PyAny>>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    walk::set_matching_impl(tree, pattern, value.0, func, &jax_opts(is_leaf, false))
 }

@@ -5,3 +5,17 @@
 
 pub mod jax;
 pub mod optree;
+
+use pyo3::prelude::*;
+
+/// An optional argument whose every value counts, None included (`tree_set_matching`'s
+/// `value`, `tree_labels`'s `default`): the default `Given(None)` says it was left out.
+pub struct Given<'py>(pub Option<Bound<'py, PyAny>>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Given<'py> {
+    type Error = PyErr;
+
+    fn extract(obj: pyo3::Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        Ok(Given(Some(obj.to_owned())))
+    }
+}

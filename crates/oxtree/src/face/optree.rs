@@ -4,6 +4,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
+use super::Given;
 use crate::errors::Invariant;
 use crate::treespec::flatten::Options;
 use crate::treespec::keys::KeyStyle;
@@ -339,4 +340,85 @@ pub fn _tree_flatten_jax_registry<'py>(
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyTreeSpec>)> {
     let opts = Options::new(is_leaf, none_is_leaf, namespace).with_jax_registry(Some(jax_registry));
     walk::flatten_impl(tree, &opts)
+}
+
+/// The tree with every leaf replaced by whether its key path matches any of `patterns`
+/// (globs over its `keystr`, compiled `re.Pattern`s or `PathPattern`s; see `PathPattern`):
+/// a mask for `optax.masked`, or a filter spec for `oxtree.jax.partition`.
+///
+/// >>> tree_mask({'enc': {'w': 1, 'bias': 2}, 'head': {'w': 3}}, "**['bias']", "['head']**")
+/// {'enc': {'w': False, 'bias': True}, 'head': {'w': True}}
+#[pyfunction]
+#[pyo3(signature = (tree, /, *patterns, is_leaf = None, none_is_leaf = false, namespace = ""))]
+pub fn tree_mask<'py>(
+    tree: &Bound<'py, PyAny>,
+    patterns: &Bound<'py, PyTuple>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    walk::mask_impl(
+        tree,
+        patterns,
+        &Options::new(is_leaf, none_is_leaf, namespace),
+    )
+}
+
+/// The tree with every leaf replaced by the label of the first rule whose pattern its key
+/// path matches: `rules` maps patterns to labels (or is a sequence of `(pattern, label)`
+/// pairs); a leaf no rule matches gets `default`, and without one it raises ValueError.
+/// Labels for `optax.multi_transform`.
+///
+/// >>> tree_labels({'w': 1, 'b': 2, 'n': 3}, {"['b']": 'no_decay', "['n']": 'frozen'}, 'decay')
+/// {'w': 'decay', 'b': 'no_decay', 'n': 'frozen'}
+#[pyfunction]
+#[pyo3(signature = (tree, rules, /, default = Given(None), *, is_leaf = None, none_is_leaf = false, namespace = ""))]
+#[pyo3(
+    text_signature = "(tree, rules, /, default=..., *, is_leaf=None, none_is_leaf=False, namespace='')"
+)]
+pub fn tree_labels<'py>(
+    tree: &Bound<'py, PyAny>,
+    rules: &Bound<'py, PyAny>,
+    default: Given<'py>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    walk::labels_impl(
+        tree,
+        rules,
+        default.0,
+        &Options::new(is_leaf, none_is_leaf, namespace),
+    )
+}
+
+/// A new tree in which every leaf whose key path matches `pattern` is replaced by `value`,
+/// or by `func(key_path, leaf)`; the other leaves and `tree` itself are left as they are.
+///
+/// >>> tree = {'enc': [1, 2], 'dec': [3]}
+/// >>> tree_set_matching(tree, "['enc'][*]", 0)
+/// {'enc': [0, 0], 'dec': [3]}
+/// >>> tree_set_matching(tree, '**', func=lambda path, x: f'{keystr(path)}={x}')
+/// {'enc': ["['enc'][0]=1", "['enc'][1]=2"], 'dec': ["['dec'][0]=3"]}
+#[pyfunction]
+#[pyo3(signature = (tree, pattern, /, value = Given(None), *, func = None, is_leaf = None, none_is_leaf = false, namespace = ""))]
+#[pyo3(
+    text_signature = "(tree, pattern, /, value=..., *, func=None, is_leaf=None, none_is_leaf=False, namespace='')"
+)]
+pub fn tree_set_matching<'py>(
+    tree: &Bound<'py, PyAny>,
+    pattern: &Bound<'py, PyAny>,
+    value: Given<'py>,
+    func: Option<&Bound<'py, PyAny>>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    walk::set_matching_impl(
+        tree,
+        pattern,
+        value.0,
+        func,
+        &Options::new(is_leaf, none_is_leaf, namespace),
+    )
 }

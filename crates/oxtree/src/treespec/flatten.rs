@@ -1607,6 +1607,7 @@ fn run_graph_with<'py, P: Pred<'py>, const NONE_LEAF: bool>(
         Flattener::<P, NONE_LEAF, true, true, true>::new(py, pred, registry, opts.namespace);
     f.face = opts.face;
     f.jax = opts.reads_jax();
+    f.with_keys = opts.with_keys;
     f.presize();
     let mut stack = take_stack();
     let walked = roots.iter().try_for_each(|root| f.walk(root, &mut stack));

@@ -16,6 +16,7 @@ pub mod pickle;
 pub mod prefix;
 mod proto;
 mod repr;
+pub mod select;
 mod traverse;
 mod unflatten;
 
