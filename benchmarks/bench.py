@@ -73,6 +73,20 @@ outside the table, its geomeans and targets, and the JSON's ``rows`` (it is unde
 ``select``); a full run includes it, ``--quick`` only when ``--workloads`` names it
 (``select`` or ``module300``).
 
+The "object" group, workload ``object1k``: a list of 1,000 instances of ``Node2``'s shape (a
+slotted class with attributes ``a`` and ``b``) registered with ``oxtree.register_object``, which
+oxtree walks and rebuilds with no Python call per node. It is timed on flatten, unflatten and
+map1 against the same number of objects registered other ways, each with its own class:
+oxtree's ``dataclass1k`` workload (``dataclass``), ``custom1k`` with jax's
+``register_pytree_node`` and Python functions (``jax``) and with optree's
+``register_pytree_node`` (``optree``), and, for JAX's side of the registration,
+``jax.tree_util`` on a class registered with ``oxtree.tree_util.register_object`` (``jax
+mirror``: JAX calls the functions oxtree compiled for the attributes). The oxtree column calls
+the face ``--face`` names. Its targets: oxtree no slower than ``dataclass`` and at most half
+of ``jax``. Like the jax-registered group it has a section of its own and never enters the
+main table, its geometric means or the JSON's ``rows`` (it is under ``object_registered``); a
+full run includes it, ``--quick`` only when ``--workloads`` names ``object1k``.
+
 Ops:
 
 * ``flatten``    ``tree_flatten(tree)``; dm-tree: ``tree.flatten(tree)`` (it returns only leaves)
@@ -364,6 +378,21 @@ QUICK_OPS: tuple[str, ...] = ("flatten", "unflatten", "map1", "map2", "eq")
 #: The name that stands for every workload of the "jax-registered" group in `--workloads`.
 JAX_GROUP = "jax-registered"
 
+#: The object group's one workload (see the module docstring), its ops and its columns:
+#: (column, library, kind of registered class for `_custom_class`), the first one timed
+#: through `--face`.
+OBJECT_WORKLOAD = "object1k"
+OBJECT_OPS: tuple[str, ...] = ("flatten", "unflatten", "map1")
+OBJECT_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("oxtree", "oxtree", "object"),
+    ("dataclass", "oxtree", "dataclass"),
+    ("jax", "jax", "node"),
+    ("optree", "optree", "node"),
+    ("jax mirror", "jax", "object"),
+)
+#: The object group's targets: oxtree's time over each column's, at most this much.
+OBJECT_TARGETS: dict[str, float] = {"dataclass": 1.0, "jax": 0.5}
+
 # --------------------------------------------------------------------------------------
 # Per-library custom classes (custom1k, dataclass1k)
 # --------------------------------------------------------------------------------------
@@ -388,14 +417,15 @@ def _make_node_unflatten(cls: type) -> Callable[[Any, Any], Any]:
 
 
 def _custom_class(lib: str, mod: Any, kind: str) -> type | None:
-    """The class of `kind` ("node" or "dataclass") registered for `lib`, made on first use;
-    None for dm-tree, which cannot have custom nodes."""
+    """The class of `kind` ("node", "dataclass" or "object") registered for `lib`, made on
+    first use; None for dm-tree, which cannot have custom nodes."""
     key = (lib, kind)
     if key in _CUSTOM_CLASSES:
         return _CUSTOM_CLASSES[key]
     if lib == "dmtree":
         return None
     name = f"{lib.capitalize()}{'Node2' if kind == 'node' else 'Data2'}"
+    name = name.replace("Data2", "Object2") if kind == "object" else name
     attrs: dict[str, Any] = {"__module__": __name__, "__qualname__": name}
     if kind == "node":
         cls: type = type(name, (Node2,), {**attrs, "__slots__": ()})
@@ -420,6 +450,18 @@ def _custom_class(lib: str, mod: Any, kind: str) -> type | None:
         else:
             raise ValueError(lib)
         _REF_NODES[cls] = (("x", "y"), True)
+    elif kind == "object":
+        # Node2's attributes, declared by its __slots__, registered by name: with
+        # oxtree.register_object for oxtree, and for jax through oxtree.tree_util's, which
+        # registers the class with JAX too (the "jax mirror" column).
+        cls = type(name, (Node2,), {**attrs, "__slots__": ()})
+        if lib == "oxtree":
+            mod.register_object(cls)
+        elif lib == "jax":
+            importlib.import_module("oxtree.tree_util").register_object(cls)
+        else:
+            raise ValueError(lib)
+        _REF_NODES[cls] = (("a", "b"), True)
     else:
         raise ValueError(kind)
     _CUSTOM_CLASSES[key] = cls
@@ -965,9 +1007,10 @@ def run(
     of them) go to the result's "jax_registered" entry (see `_run_jax_registered`), never to
     its "rows"; the entry is there only when such a workload was asked for (a full run asks
     for all of them). Likewise the select group's (`select_group.WORKLOADS`, or
-    `select_group.GROUP`) go to its "select" entry (see `_run_select`).
+    `select_group.GROUP`) go to its "select" entry (see `_run_select`), and `OBJECT_WORKLOAD`
+    to "object_registered" (`_run_object_group`).
     """
-    workload_names, jax_names, select_names = _split_workloads(workloads, quick)
+    workload_names, jax_names, select_names, object_names = _split_workloads(workloads, quick)
     op_names = _parse_list(ops if ops is not None or not quick else QUICK_OPS, OPS, "op")
     lib_names = _parse_list(libs, LIBS, "library")
     repeats = repeats if repeats is not None else (3 if quick else 7)
@@ -989,6 +1032,10 @@ def run(
         )
     if select_names:
         extra["select"] = _run_select(select_names, modules, repeats, target, progress, face, stat)
+    if object_names:
+        extra["object_registered"] = _run_object_group(
+            op_names, modules, repeats, target, progress, face, stat
+        )
     return {
         "meta": {
             "python": sys.version.split()[0],
@@ -1007,16 +1054,27 @@ def run(
 
 def _split_workloads(
     workloads: str | Sequence[str] | None, quick: bool
-) -> tuple[list[str], list[str], list[str]]:
+) -> tuple[list[str], list[str], list[str], list[str]]:
     """The workloads asked for: (those of the main table, those of the jax-registered group,
-    those of the select group). None means every workload of all three (with `quick`:
-    `QUICK_WORKLOADS`, none of the groups)."""
+    those of the select group, the object group's). None means every workload of all four
+    (with `quick`: `QUICK_WORKLOADS`, none of the groups')."""
     if workloads is None:
         if quick:
-            return list(QUICK_WORKLOADS), [], []
-        return list(WORKLOADS), list(jax_registered.WORKLOADS), list(select_group.WORKLOADS)
+            return list(QUICK_WORKLOADS), [], [], []
+        return (
+            list(WORKLOADS),
+            list(jax_registered.WORKLOADS),
+            list(select_group.WORKLOADS),
+            [OBJECT_WORKLOAD],
+        )
     groups = {JAX_GROUP: jax_registered.WORKLOADS, select_group.GROUP: select_group.WORKLOADS}
-    allowed = [*WORKLOADS, *jax_registered.WORKLOADS, *select_group.WORKLOADS, *groups]
+    allowed = [
+        *WORKLOADS,
+        *jax_registered.WORKLOADS,
+        *select_group.WORKLOADS,
+        *groups,
+        OBJECT_WORKLOAD,
+    ]
     names: list[str] = []
     for name in _parse_list(workloads, allowed, "workload"):
         for n in groups.get(name, [name]):
@@ -1026,6 +1084,7 @@ def _split_workloads(
         [n for n in names if n in WORKLOADS],
         [n for n in names if n in jax_registered.WORKLOADS],
         [n for n in names if n in select_group.WORKLOADS],
+        [n for n in names if n == OBJECT_WORKLOAD],
     )
 
 
@@ -1198,6 +1257,55 @@ def _run_select(
             out["rows"].append(row)
             if progress is not None:
                 progress(f"{wname:>11} {op:<17} done")
+    return out
+
+
+def _run_object_group(
+    op_names: list[str],
+    modules: dict[str, Any],
+    repeats: int,
+    target: float,
+    progress: Callable[[str], None] | None,
+    face: str = "optree",
+    stat: str = "median",
+) -> dict[str, Any]:
+    """Time the object group (`OBJECT_COLUMNS` on the ops of `OBJECT_OPS` that `op_names`
+    has), every column interleaved as in the main table. Rows have the main table's form,
+    keyed by column; columns whose library is not in `modules` are left out, and a class
+    that cannot be made or registered becomes that column's error."""
+    ops = [op for op in OBJECT_OPS if op in op_names]
+    columns = [(col, lib, kind) for col, lib, kind in OBJECT_COLUMNS if lib in modules]
+    out: dict[str, Any] = {"columns": [col for col, _, _ in columns], "ops": ops, "rows": []}
+    if not ops:
+        return out
+    trees: dict[str, Workload] = {}
+    errors: dict[str, str] = {}
+    for col, lib, kind in columns:
+        try:
+            cls = _custom_class(lib, modules[lib], kind)
+            namespace = BENCH_NAMESPACE if lib == "optree" else ""
+            trees[col] = Workload(OBJECT_WORKLOAD, functools.partial(make_custom1k, cls), namespace)
+        except Exception as e:
+            errors[col] = f"registering the {kind} class: {type(e).__name__}: {e}"[:300]
+    for op in ops:
+        row: dict[str, Any] = {"workload": OBJECT_WORKLOAD, "op": op, "libs": {}}
+        cases: dict[str, Case] = {}
+        for col, lib, _ in columns:
+            if col in errors:
+                row["libs"][col] = {"error": errors[col], "correct": False}
+                continue
+            try:
+                case = _ADAPTERS[lib][1](modules[lib], trees[col], op, face)
+            except Exception as e:
+                row["libs"][col] = {"error": f"{type(e).__name__}: {e}"[:300], "correct": False}
+                continue
+            if case is not None:
+                cases[col] = case
+        row["libs"].update(_bench_pair(cases, repeats, target, stat))
+        row["libs"] = {col: row["libs"][col] for col in out["columns"] if col in row["libs"]}
+        out["rows"].append(row)
+        if progress is not None:
+            progress(f"{OBJECT_WORKLOAD:>11} {op:<17} done")
     return out
 
 
@@ -1554,6 +1662,57 @@ def format_select(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def format_object_group(results: dict[str, Any]) -> str:
+    """The object group's section: its table, oxtree's time over each other column's, and
+    whether `OBJECT_TARGETS` are met on every op. Empty when the run did not ask for it."""
+    group = results.get("object_registered")
+    if group is None or not group["rows"]:
+        return ""
+    columns, rows = group["columns"], group["rows"]
+    others = [c for c in columns if c not in ("oxtree", "jax mirror")]
+    face = results["meta"].get("face", "optree")
+    header = ["workload", "op", *columns, *(f"ox/{c}" for c in others)]
+    mirror = "jax mirror" in columns and "jax" in columns
+    header += ["mirror/jax"] if mirror else []
+    body = []
+    for row in rows:
+        cells = [row["workload"], row["op"], *(_cell(row["libs"].get(c)) for c in columns)]
+        cells += [_fmt_ratio(_ratio(row, "oxtree", c)) for c in others]
+        cells += [_fmt_ratio(_ratio(row, "jax mirror", "jax"))] if mirror else []
+        body.append(cells)
+    lines = [
+        "objects registered by attributes: oxtree.register_object vs other registrations "
+        "(a group of its own, never part of the main table's geomeans or targets)",
+        *_render(header, body, left=2),
+    ]
+    verdicts = []
+    for col, limit in OBJECT_TARGETS.items():
+        ratios = [(row["op"], _ratio(row, "oxtree", col)) for row in rows]
+        if any(value is None for _, value in ratios) or any(
+            _wrong(row["libs"].get(c)) for row in rows for c in ("oxtree", col)
+        ):
+            verdicts.append(f"ox/{col} <= {limit:.2f}x: not measured (or a wrong result)")
+            continue
+        missed = [f"{op} {value:.3f}x" for op, value in ratios if value > limit]  # type: ignore[operator]
+        verdict = f"missed: {', '.join(missed)}" if missed else "met"
+        verdicts.append(f"ox/{col} <= {limit:.2f}x on every op: {verdict}")
+    meta = results["meta"]
+    notes = [
+        f"The oxtree column calls the {face} face; 'dataclass' is oxtree's dataclass1k, "
+        "'jax' and 'optree' custom1k with Python flatten/unflatten functions, 'jax mirror' "
+        "jax.tree_util on a class registered with oxtree.tree_util.register_object.",
+    ]
+    for row in rows:
+        for col, e in row["libs"].items():
+            if "error" in e:
+                notes.append(f"  {row['workload']}/{row['op']}/{col}: {e['error']}")
+    if any(_wrong(e) for row in rows for e in row["libs"].values()):
+        notes.append("'!' marks a result that failed the correctness check (or raised).")
+    lines += ["", *(f"target {v}" for v in verdicts)]
+    lines += ["", f"{meta.get('stat', 'median')} of {meta['repeats']} repeats", *notes]
+    return "\n".join(lines)
+
+
 def _leaf_count(entry: dict[str, Any] | None) -> str:
     n = entry.get("num_leaves") if entry else None
     return str(n) if isinstance(n, int) else "error"
@@ -1567,8 +1726,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--workloads",
         help=f"comma-separated subset of: {','.join(WORKLOADS)}; and of the jax-registered "
-        f"group: {','.join(jax_registered.WORKLOADS)} ({JAX_GROUP}: all four); and of the "
-        f"select group: {','.join(select_group.WORKLOADS)} ({select_group.GROUP}: all)",
+        f"group: {','.join(jax_registered.WORKLOADS)} ({JAX_GROUP}: all four); of the "
+        f"select group: {','.join(select_group.WORKLOADS)} ({select_group.GROUP}: all); and "
+        f"{OBJECT_WORKLOAD}, the object group",
     )
     parser.add_argument("--ops", help=f"comma-separated subset of: {','.join(OPS)}")
     parser.add_argument("--repeats", type=int, help="repeats per timing (default 7; quick: 3)")
@@ -1611,6 +1771,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "ops:",
             ", ".join(select_group.OPS),
         )
+        print("object group:", OBJECT_WORKLOAD)
         print("ops:      ", ", ".join(OPS))
         print("libs:     ", ", ".join(LIBS))
         print("faces:    ", ", ".join(FACES))
@@ -1635,7 +1796,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(e))
     sections = [format_table(results)] if results["rows"] else []
     sections += filter(
-        None, [format_targets(results), format_jax_registered(results), format_select(results)]
+        None,
+        [
+            format_targets(results),
+            format_jax_registered(results),
+            format_select(results),
+            format_object_group(results),
+        ],
     )
     print("\n\n".join(sections))
     if args.json:

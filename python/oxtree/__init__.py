@@ -110,6 +110,7 @@ if TYPE_CHECKING:  # what the lazily loaded names are, for type checkers
     from oxtree.registry import (
         dict_insertion_ordered,
         register_dataclass,
+        register_object,
         register_pytree_node,
         register_pytree_node_class,
         use_jax_registry,
@@ -207,8 +208,8 @@ _lazy(
 )
 _lazy(
     "registry",
-    "dict_insertion_ordered register_dataclass register_pytree_node register_pytree_node_class "
-    "use_jax_registry",
+    "dict_insertion_ordered register_dataclass register_object register_pytree_node "
+    "register_pytree_node_class use_jax_registry",
 )
 _lazy(
     "types",
@@ -341,6 +342,7 @@ __all__ = [
     "tree",
     "tree_util",
     "register_dataclass",
+    "register_object",
     "register_pytree_node",
     "register_pytree_node_class",
     "register_static",

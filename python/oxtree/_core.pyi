@@ -49,6 +49,7 @@ __all__ = [
     "unregister_pytree_node",
     "register_static",
     "_register_dataclass_fields",
+    "_attribute_fields",
     "registered_types",
     "SequenceKey",
     "DictKey",
@@ -266,6 +267,9 @@ def _register_dataclass_fields(
     namespace: str = "",
     init_names: list[str] | None = None,
 ) -> type[_T]: ...
+def _attribute_fields(
+    cls: type, /, *, namespace: str = ""
+) -> tuple[list[str], list[str]] | None: ...
 def registered_types(*, namespace: str = "") -> list[type]: ...
 def get_registry_size(namespace: str | None = None) -> int: ...
 def _registrations() -> list[tuple[type, str, Any, Any, type | None]]: ...

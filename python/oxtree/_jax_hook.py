@@ -25,13 +25,17 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from importlib.machinery import ModuleSpec
     from types import ModuleType
-    from typing import Any
+    from typing import Any, TypeAlias
+
+    #: A registration's arguments, or the function of JAX's tree_util module making them.
+    Arguments: TypeAlias = tuple[Any, ...] | Callable[[ModuleType], Sequence[Any]]
 
 __all__ = ["PENDING", "flush", "reached_jax", "register_with_jax"]
 
 #: The registrations waiting for ``import jax`` to finish, in the order they were made: the
-#: type, the name of JAX's registration function, and the arguments it is called with.
-PENDING: list[tuple[type, str, tuple[Any, ...]]] = []
+#: type, the name of JAX's registration function, and the arguments it is called with (or
+#: the function of JAX's tree_util module that makes them, see :func:`register_with_jax`).
+PENDING: list[tuple[type, str, Arguments]] = []
 
 # The types oxtree itself registered with JAX, so that oxtree.jax.register leaves them alone.
 _REACHED: set[type] = set()
@@ -65,9 +69,9 @@ def _jax_tree_util() -> ModuleType | None:
     return None
 
 
-def _register(jtu: ModuleType, cls: type, name: str, args: tuple[Any, ...]) -> None:
+def _register(jtu: ModuleType, cls: type, name: str, args: Arguments) -> None:
     try:
-        getattr(jtu, name)(*args)
+        getattr(jtu, name)(*(args(jtu) if callable(args) else args))
     except ValueError as err:
         # JAX has the type from other code (or as a builtin node): its rule stays JAX's.
         if "Duplicate" in str(err):
@@ -78,20 +82,25 @@ def _register(jtu: ModuleType, cls: type, name: str, args: tuple[Any, ...]) -> N
 
 
 def register_with_jax(
-    cls: type, name: str, args: Sequence[Any], undo: Callable[[], object] | None = None
+    cls: type,
+    name: str,
+    args: Sequence[Any] | Callable[[ModuleType], Sequence[Any]],
+    undo: Callable[[], object] | None = None,
 ) -> None:
     """Registers ``cls`` with JAX by ``jax.tree_util.<name>(*args)``: now if JAX is loaded,
-    else once ``jax`` has been imported. When JAX refuses it now, ``undo()`` runs and the
-    error is raised again, JAX's message first."""
+    else once ``jax`` has been imported. ``args`` may be a function of JAX's tree_util module
+    returning the arguments, called only then (for arguments made of JAX's own objects, its
+    ``GetAttrKey`` for one). When JAX refuses it now, ``undo()`` runs and the error is raised
+    again, JAX's message first."""
     with _LOCK:
         jtu = _jax_tree_util()
         if jtu is None:
-            PENDING.append((cls, name, tuple(args)))
+            PENDING.append((cls, name, args if callable(args) else tuple(args)))
             if _HOOK not in sys.meta_path:
                 sys.meta_path.insert(0, _HOOK)
             return
     try:
-        _register(jtu, cls, name, tuple(args))
+        _register(jtu, cls, name, args if callable(args) else tuple(args))
     except Exception as err:
         if undo is not None:
             undo()

@@ -55,6 +55,7 @@ from oxtree._core import (
 )
 from oxtree.graph import GraphDef, graph_unflatten
 from oxtree.graph import _graph_flatten_jax as graph_flatten
+from oxtree.registry import _jax_functions
 
 __all__ = [
     "register",
@@ -159,7 +160,10 @@ def register(cls: _C, namespace: str = "") -> _C:
     do) and the same keys in ``jax.tree_util.tree_flatten_with_path``. Mirroring a type again
     from the same namespace does nothing. JAX has one registry, so mirroring a type from a
     second namespace with a different rule raises ValueError, as does a type JAX already
-    knows from elsewhere.
+    knows from elsewhere. A class rebuilt attribute by attribute (:func:`oxtree.register_object`,
+    a dataclass registered with ``init_on_unflatten=False``) is given to JAX with functions
+    compiled for its attributes, the tuple of its static values as aux data; any other rule
+    with functions over oxtree's one-level flatten, the node's treespec as aux data.
 
     A type registered through ``oxtree.tree_util`` (JAX's face) needs no mirroring: it is
     registered with JAX by that call, with its own functions, and ``register`` leaves it as
@@ -213,7 +217,13 @@ def register(cls: _C, namespace: str = "") -> _C:
                 f"JAX has a single registry, so it cannot also follow the rule of "
                 f"{_namespace_label(home)}"
             )
-        flatten, flatten_with_keys, unflatten = _mirror_functions(home)
+        fields = _core._attribute_fields(cls, namespace=home)
+        if fields is not None:
+            # Rebuilt by attributes (register_object): functions made for them, as
+            # oxtree.tree_util.register_object gives JAX.
+            flatten_with_keys, unflatten, flatten = _jax_functions(cls, *fields, jtu.GetAttrKey)
+        else:
+            flatten, flatten_with_keys, unflatten = _mirror_functions(home)
         try:
             jtu.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
         except ValueError as err:

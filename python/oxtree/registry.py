@@ -23,7 +23,7 @@ from oxtree._core import (
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
     import dataclasses
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator, Sequence
     from typing import Any, TypeVar
 
     _C = TypeVar("_C", bound=type)
@@ -37,6 +37,7 @@ __all__ = [
     "dict_insertion_ordered",
     "register_dataclass",
     "register_pytree_node",
+    "register_object",
     "register_pytree_node_class",
     "register_static",
     "registered_types",
@@ -266,6 +267,311 @@ def register_dataclass(
 def _is_static(f: dataclasses.Field[Any]) -> bool:
     md = f.metadata
     return bool(md.get("static", False)) or md.get("pytree_node", True) is False
+
+
+def register_object(
+    cls: _C | None = None,
+    /,
+    children: Iterable[str] | None = None,
+    static: Iterable[str] | None = None,
+    *,
+    namespace: str = GLOBAL_NAMESPACE,
+) -> Any:
+    """Registers a class as a pytree node by its attributes, taken apart and rebuilt natively.
+
+    ``children`` names the attributes that are the node's children; ``static`` the attributes
+    kept in the treespec instead (compared with ``==``, never mapped over). Without
+    ``children``, the children are the attributes the class declares, through ``__slots__``
+    or class annotations (``ClassVar`` ones left out), base classes first, less ``static``.
+    Every declared attribute must be a child or static: an instance is rebuilt from those
+    alone. Names are as stored: a private ``__x`` of class ``C`` is ``_C__x``.
+
+    Flattening reads each attribute as ``getattr`` does. Unflattening makes the instance with
+    ``object.__new__(cls)`` and stores each attribute with ``object.__setattr__``, as the
+    default pickle does: neither ``__init__`` (nor ``__post_init__``) nor the class's own
+    ``__new__`` or ``__setattr__`` runs, so a class that validates its arguments, converts
+    them, or forbids assignment after ``__init__`` comes back exactly as flattened. No Python
+    function runs per node. Registration is by exact type: a subclass is a leaf until it is
+    registered itself. Key paths name the attributes (``tree_paths`` gives ``('w',)``,
+    accessors are :class:`~oxtree.GetAttrEntry`, the JAX face's keys ``GetAttrKey('w')``).
+    Returns ``cls``; without it, a decorator: ``@register_object(static=['name'])``.
+    ``oxtree.tree_util.register_object`` registers in the global namespace and with JAX;
+    ``oxtree.jax.register`` mirrors a registration made here to JAX.
+
+    >>> import oxtree
+    >>> @register_object(static=['act'])
+    ... class Dense:
+    ...     __slots__ = ('w', 'b', 'act')
+    ...     def __init__(self, w, b, act='relu'):
+    ...         self.w, self.b, self.act = list(w), b, act
+    >>> layer = Dense([1.0, 2.0], 0.5)
+    >>> oxtree.tree_flatten(layer)
+    ([1.0, 2.0, 0.5], PyTreeSpec(CustomTreeNode(Dense[(('act', 'relu'),)], [[*, *], *])))
+    >>> oxtree.tree_map(lambda x: x * 10, layer).w
+    [10.0, 20.0]
+    """
+    if cls is None:
+        _check_namespace(namespace)
+        return lambda c: register_object(c, children, static, namespace=namespace)
+    _register_object(cls, children, static, namespace)
+    return cls
+
+
+def _register_object(
+    cls: object, children: Iterable[str] | None, static: Iterable[str] | None, namespace: object
+) -> tuple[list[str], list[str]]:
+    """The one registration by attributes (both faces): checks the names, registers the
+    core's rule (a dataclass rule that sets attributes, with ``GetAttrEntry`` accessors) and
+    returns the child and static attribute names."""
+    data, meta = _object_attributes(cls, children, static, namespace)
+    from oxtree.accessors import GetAttrEntry
+
+    _register_dataclass_fields(
+        cls, data, meta, call_init=False, path_entry_type=GetAttrEntry, namespace=namespace
+    )
+    return data, meta
+
+
+def _check_namespace(namespace: object) -> None:
+    if not isinstance(namespace, str):
+        raise TypeError(f"The namespace must be a string, got {namespace!r}.")
+
+
+def _object_attributes(
+    cls: object, children: Iterable[str] | None, static: Iterable[str] | None, namespace: object
+) -> tuple[list[str], list[str]]:
+    """``register_object``'s child and static attribute names for ``cls``, checked (both
+    faces); the arguments are left as they are."""
+    if not isinstance(cls, type):
+        raise TypeError(f"register_object expects a class, got {cls!r}")
+    _check_namespace(namespace)
+    name = cls.__qualname__
+    _check_object_new(cls)
+    declared = _declared_attributes(cls)
+    meta = _attribute_names(static, "static") or []
+    data = _attribute_names(children, "children")
+    if data is None:
+        if not declared:
+            raise TypeError(
+                f"register_object: {name} declares no attributes (no __slots__, no class "
+                "annotations); name its child attributes with children=[...]"
+            )
+        if undeclared := [n for n in meta if n not in declared]:
+            raise ValueError(
+                f"register_object: {name} does not declare {undeclared} (through __slots__ "
+                "or class annotations); name its child attributes with children=[...] to "
+                "register attributes it does not declare"
+            )
+        data = [n for n in declared if n not in meta]
+    repeated = sorted({n for n in [*data, *meta] if [*data, *meta].count(n) > 1})
+    if repeated:
+        raise ValueError(
+            f"register_object: {repeated} named more than once in children and static of {name}"
+        )
+    for attr in [*data, *meta]:
+        _check_attribute(cls, attr)
+    if left := [n for n in declared if n not in data and n not in meta]:
+        raise ValueError(
+            f"register_object: {name} declares attributes that are neither children nor "
+            f"static: {left}; a rebuilt instance would lack them, so list each in children or "
+            "static"
+        )
+    return data, meta
+
+
+def _attribute_names(names: Iterable[str] | None, what: str) -> list[str] | None:
+    if names is None:
+        return None
+    if isinstance(names, str):
+        raise TypeError(
+            f"register_object: {what} must be a sequence of attribute names, not a single str "
+            f"({names!r}); write [{names!r}]"
+        )
+    try:
+        listed = list(names)
+    except TypeError:
+        raise TypeError(
+            f"register_object: {what} must be a sequence of attribute names, got {names!r}"
+        ) from None
+    import keyword
+
+    for n in listed:
+        if not isinstance(n, str):
+            raise TypeError(f"register_object: {what} must hold attribute names (str), got {n!r}")
+        if not n.isidentifier() or keyword.iskeyword(n):
+            raise ValueError(
+                f"register_object: {n!r} in {what} is not an attribute name (an identifier "
+                "that is not a keyword)"
+            )
+    return listed
+
+
+def _check_object_new(cls: type) -> None:
+    """Refuses a class whose instances ``object.__new__`` cannot make (one built on ``list``,
+    ``int``, an extension type...): ``object.__new__`` allows a class whose first base with a
+    ``__new__`` written in C, past those with a Python ``__new__``, has object's."""
+    import types
+
+    base = cls
+    while isinstance(base.__new__, types.FunctionType) and base.__base__ is not None:
+        base = base.__base__
+    if base.__new__ is not object.__new__:
+        # The first class written in C along the MRO names what the instances are made of.
+        builtin = next(k for k in cls.__mro__ if not k.__flags__ & _HEAP_TYPE)
+        raise TypeError(
+            f"register_object: {cls.__qualname__} is built on {builtin.__qualname__}, whose "
+            "instances object.__new__ cannot make; register it with register_pytree_node"
+        )
+
+
+# Py_TPFLAGS_HEAPTYPE: set for classes made by a class statement (or `type(...)`).
+_HEAP_TYPE = 1 << 9
+
+
+def _mangled(cls: type, name: str) -> str:
+    """``name`` as a class body of ``cls`` stores it: a private ``__x`` becomes ``_C__x``."""
+    if not name.startswith("__") or name.endswith("__"):
+        return name
+    owner = cls.__name__.lstrip("_")
+    return f"_{owner}{name}" if owner else name
+
+
+def _declared_attributes(cls: type) -> list[str]:
+    """The attributes ``cls`` declares, base classes first: each class's ``__slots__``
+    (``__dict__`` and ``__weakref__`` left out), then its annotations that are not
+    ``ClassVar``."""
+    names: dict[str, None] = {}
+    for klass in reversed(cls.__mro__[:-1]):
+        slots = klass.__dict__.get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            if isinstance(slot, str) and slot not in ("__dict__", "__weakref__"):
+                names[_mangled(klass, slot)] = None
+        for attr, annotation in _own_annotations(klass).items():
+            if not _is_classvar(annotation):
+                names[attr] = None
+    return list(names)
+
+
+def _own_annotations(klass: type) -> dict[str, Any]:
+    """The annotations written in ``klass``'s own body (not its bases')."""
+    import sys
+
+    if sys.version_info >= (3, 14):
+        import annotationlib
+
+        return dict(annotationlib.get_annotations(klass, format=annotationlib.Format.FORWARDREF))
+    import inspect
+
+    return dict(inspect.get_annotations(klass))
+
+
+def _is_classvar(annotation: Any) -> bool:
+    if isinstance(annotation, str):
+        import re
+
+        # A quoted annotation under `from __future__ import annotations` is quoted twice.
+        annotation = annotation.strip().strip("'\"")
+        return re.match(r"^\s*(?:\w+\s*\.\s*)*ClassVar\b", annotation) is not None
+    import typing
+
+    return annotation is typing.ClassVar or typing.get_origin(annotation) is typing.ClassVar
+
+
+def _check_attribute(cls: type, attr: str) -> None:
+    """Refuses an attribute name that instances of ``cls`` cannot hold as a plain attribute:
+    a property or other data descriptor (but a slot), a method, or, for a class with
+    ``__slots__`` and no ``__dict__``, a name that is not one of its slots."""
+    import types
+
+    found = _class_attribute(cls, attr)
+    where = f"{cls.__qualname__}.{attr}"
+    if isinstance(found, types.MemberDescriptorType):
+        return
+    if isinstance(found, property):
+        raise TypeError(
+            f"register_object: {where} is a property, not an attribute instances store; "
+            "name the attribute it reads"
+        )
+    kind = type(found)
+    if hasattr(kind, "__set__") or hasattr(kind, "__delete__"):
+        raise TypeError(
+            f"register_object: {where} is a data descriptor ({kind.__qualname__}), not an "
+            "attribute instances store"
+        )
+    if isinstance(found, (types.FunctionType, staticmethod, classmethod)):
+        raise TypeError(f"register_object: {where} is a method, not an attribute")
+    if cls.__dictoffset__ == 0:
+        slots = [
+            n
+            for n in _declared_attributes(cls)
+            if isinstance(_class_attribute(cls, n), types.MemberDescriptorType)
+        ]
+        raise TypeError(
+            f"register_object: {cls.__qualname__} has __slots__ and no __dict__, and {attr!r} "
+            f"is not one of its slots {slots}"
+        )
+
+
+def _class_attribute(cls: type, attr: str) -> Any:
+    """What ``attr`` names in the class dicts along ``cls.__mro__`` (None when nothing)."""
+    return next((k.__dict__[attr] for k in cls.__mro__ if attr in k.__dict__), None)
+
+
+def _jax_functions(
+    cls: type, children: Sequence[str], static: Sequence[str], key_class: Callable[[str], Any]
+) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
+    """JAX's ``flatten_with_keys``, ``unflatten`` and ``flatten`` for a class registered by its
+    attributes (``register_pytree_with_keys``'s arguments), doing what the core's rule does:
+    getattr to flatten, ``object.__new__`` and ``object.__setattr__`` to rebuild, the static
+    values' tuple as aux data, ``key_class(name)`` (JAX's ``GetAttrKey``) as keys.
+
+    They are compiled from source written for these names: attribute loads and, for a class
+    that keeps object's ``__setattr__`` (whose stores then are ``object.__setattr__``'s),
+    attribute stores in the bytecode itself, which the interpreter specialises for slots and
+    instance dicts. A name that is no identifier (possible in a dataclass rule) is read and
+    stored by ``getattr`` and ``object.__setattr__`` calls. See docs/registration.md for what
+    this saves over calling ``object.__setattr__`` per attribute.
+    """
+    import keyword
+
+    def plain(name: str) -> bool:
+        return name.isidentifier() and not keyword.iskeyword(name)
+
+    def load(name: str) -> str:
+        return f"obj.{name}" if plain(name) else f"_get(obj, {name!r})"
+
+    def loads(names: Sequence[str]) -> str:
+        return "".join(f"{load(n)}, " for n in names)
+
+    pairs = "".join(f"(_k{i}, {load(n)}), " for i, n in enumerate(children))
+    lines = [
+        "def flatten(obj):",
+        f"    return ({loads(children)}), ({loads(static)})",
+        "def flatten_with_keys(obj):",
+        f"    return ({pairs}), ({loads(static)})",
+        "def unflatten(aux, children):",
+        "    obj = _new(_cls)",
+    ]
+    # Decided now: a class given its own __setattr__ after registration would have it run by
+    # these stores (the core never runs it); such a class is to be registered afterwards.
+    stores = cls.__setattr__ is object.__setattr__
+    for source, names in (("children", children), ("aux", static)):
+        if not names:
+            continue
+        if stores and all(map(plain, names)):
+            lines.append(f"    {loads(names)}= {source}")
+        else:
+            lines += [f"    _set(obj, {n!r}, {source}[{i}])" for i, n in enumerate(names)]
+    lines.append("    return obj")
+    scope: dict[str, Any] = {
+        "_new": object.__new__,
+        "_get": getattr,
+        "_set": object.__setattr__,
+        "_cls": cls,
+        **{f"_k{i}": key_class(n) for i, n in enumerate(children)},
+    }
+    exec(compile("\n".join(lines), f"<oxtree attributes of {cls.__qualname__}>", "exec"), scope)
+    return scope["flatten_with_keys"], scope["unflatten"], scope["flatten"]
 
 
 class PyTreeNodeRegistryEntry:

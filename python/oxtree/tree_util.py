@@ -39,6 +39,7 @@ from oxtree._core import (
 from oxtree._core import register_pytree_node as _register_node
 from oxtree._core import register_static as _register_static
 from oxtree.functools import Partial
+from oxtree.registry import _jax_functions, _register_object
 from oxtree.types import is_namedtuple_class
 
 _jax = _core.jax_face
@@ -268,6 +269,47 @@ def register_dataclass(
     _register_dataclass_fields(nodetype, data, meta)
     # With the fields as read here: jax 0.10.2 read dropped fields too, then refused them.
     _with_jax(nodetype, "register_dataclass", nodetype, data, meta, drop_fields)
+    return nodetype
+
+
+def register_object(
+    nodetype: _C | None = None,
+    /,
+    children: Sequence[str] | None = None,
+    static: Sequence[str] | None = None,
+) -> Any:
+    """Registers a class as a pytree node by its attributes, in oxtree's core and in JAX.
+
+    :func:`oxtree.register_object` in the global namespace: ``children`` are the attributes
+    that are children, ``static`` those kept in the treedef (by default the attributes the
+    class declares through ``__slots__`` or annotations are children). Instances are rebuilt
+    with ``object.__new__`` and ``object.__setattr__``, never ``__init__``, and no Python
+    function runs per node in oxtree. JAX gets the same rule through
+    ``register_pytree_with_keys``, with functions compiled for these attributes and
+    ``GetAttrKey`` keys (JAX's ``register_dataclass`` would call ``__init__``). Returns
+    ``nodetype``; without it, a decorator.
+
+    >>> @register_object(static=['unit'])
+    ... class Reading:
+    ...     __slots__ = ('value', 'unit')
+    ...     def __init__(self, value, unit):
+    ...         self.value, self.unit = float(value), unit
+    >>> leaves, treedef = tree_flatten(Reading(3, 'm'))
+    >>> leaves, treedef
+    ([3.0], PyTreeDef(CustomNode(Reading[('m',)], [*])))
+    >>> [keystr(path) for path, _ in tree_leaves_with_path(Reading(3, 'm'))]
+    ['.value']
+    """
+    if nodetype is None:
+        return lambda c: register_object(c, children, static)
+    data, meta = _register_object(nodetype, children, static, "")
+    # The functions are made once JAX is there: their keys are JAX's GetAttrKey objects.
+    _jax_hook.register_with_jax(
+        nodetype,
+        "register_pytree_with_keys",
+        lambda jtu: (nodetype, *_jax_functions(nodetype, data, meta, jtu.GetAttrKey)),
+        undo=lambda: _core.unregister_pytree_node(nodetype),
+    )
     return nodetype
 
 
@@ -530,6 +572,7 @@ __all__ = [
     "is_tree_node",
     "keystr",
     "register_dataclass",
+    "register_object",
     "register_pytree_node",
     "register_pytree_node_class",
     "register_pytree_with_keys",

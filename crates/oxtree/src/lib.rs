@@ -54,9 +54,9 @@ mod _core {
     // The registry of node types.
     #[pymodule_export]
     use crate::registry::{
-        _register_dataclass_fields, _registrations, get_registry_size, is_dict_insertion_ordered,
-        register_pytree_node, register_static, registered_types, set_dict_insertion_ordered,
-        unregister_pytree_node,
+        _attribute_fields, _register_dataclass_fields, _registrations, get_registry_size,
+        is_dict_insertion_ordered, register_pytree_node, register_static, registered_types,
+        set_dict_insertion_ordered, unregister_pytree_node,
     };
 
     // Whether the main face reads JAX's registry too (`oxtree.use_jax_registry`).

@@ -533,6 +533,40 @@ pub fn _register_dataclass_fields<'py>(
     Ok(cls.clone())
 }
 
+/// Attribute names, as `_attribute_fields` returns them.
+type AttributeNames<'py> = Vec<Bound<'py, PyString>>;
+
+/// The child and static attribute names of `cls` as registered in `namespace` (or the global
+/// namespace), when that registration rebuilds instances attribute by attribute
+/// (`register_object`, or a dataclass with `init_on_unflatten=False`); None for any other
+/// rule or an unregistered type. `oxtree.jax.register` mirrors such a rule with functions
+/// made for those attributes.
+#[pyfunction]
+#[pyo3(signature = (cls, /, *, namespace = ""))]
+pub fn _attribute_fields<'py>(
+    cls: &Bound<'py, PyAny>,
+    namespace: &str,
+) -> PyResult<Option<(AttributeNames<'py>, AttributeNames<'py>)>> {
+    let py = cls.py();
+    let ty = as_type(cls)?;
+    let reg = snapshot();
+    let Some(found) = reg.lookup(ty.as_type_ptr(), namespace) else {
+        return Ok(None);
+    };
+    Ok(match &found.rule {
+        Rule::Dataclass {
+            data,
+            meta,
+            call_init: false,
+            ..
+        } => {
+            let names = |v: &[Py<PyString>]| v.iter().map(|n| n.bind(py).clone()).collect();
+            Some((names(data), names(meta)))
+        }
+        _ => None,
+    })
+}
+
 /// Registers `cls` as a static node: no children, the instance itself kept in the treedef.
 ///
 /// >>> class Units:

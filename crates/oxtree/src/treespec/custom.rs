@@ -105,9 +105,34 @@ pub fn fields_into<'py>(
     out: &mut Vec<Bound<'py, PyAny>>,
 ) -> PyResult<()> {
     for name in names {
-        out.push(obj.getattr(name.bind(py))?);
+        match obj.getattr(name.bind(py)) {
+            Ok(value) => out.push(value),
+            Err(err) => return Err(missing_field(py, err, obj, name)),
+        }
     }
     Ok(())
+}
+
+/// The error of reading a registered field, with a note naming the registration that wants
+/// it (an instance whose `__init__` did not set an attribute, for one).
+#[cold]
+#[inline(never)]
+fn missing_field(
+    py: Python<'_>,
+    err: PyErr,
+    obj: &Bound<'_, PyAny>,
+    name: &Py<pyo3::types::PyString>,
+) -> PyErr {
+    let note = format!(
+        "{} is registered as a pytree node with the attribute {}",
+        crate::errors::type_name(obj),
+        name.bind(py)
+            .repr()
+            .map(|r| r.to_string())
+            .unwrap_or_default()
+    );
+    let _ = err.value(py).call_method1("add_note", (note,));
+    err
 }
 
 /// A dataclass's aux data: the tuple of its meta fields' values (the empty tuple when it has
@@ -400,26 +425,90 @@ pub fn unflatten<'py>(
                 }
                 ty.call((), Some(&kwargs))
             } else {
-                let methods = OBJECT.get_or_try_init(py, || -> PyResult<ObjectMethods> {
-                    let object = py.get_type::<pyo3::types::PyAny>();
-                    Ok(ObjectMethods {
-                        new: object.getattr("__new__")?.unbind(),
-                    })
-                })?;
-                let obj = methods.new.bind(py).call1((ty,))?;
-                let fields = data
-                    .iter()
-                    .zip(children.iter())
-                    .chain(meta.iter().zip(meta_values.iter()));
-                for (name, value) in fields {
-                    // What `object.__setattr__` does: it bypasses a frozen dataclass's own
-                    // `__setattr__` and stores into `__dict__` or a slot.
-                    crate::ffi::generic_setattr(&obj, name.bind(py), &value)?;
-                }
-                Ok(obj)
+                let children: Vec<Bound<'py, PyAny>> = children.iter().collect();
+                with_attributes(ty, data, meta, meta_values, &children)
             }
         }
     }
+}
+
+/// Whether `reg` rebuilds its instances attribute by attribute (`with_attributes`): a
+/// dataclass registered with `call_init` false, and every `register_object` class.
+#[inline]
+pub fn sets_attributes(reg: &Registration) -> bool {
+    matches!(
+        reg.rule,
+        Rule::Dataclass {
+            call_init: false,
+            ..
+        }
+    )
+}
+
+/// An instance of a registration that `sets_attributes`, rebuilt from its aux data and its
+/// children (in leaf order, borrowed: unflatten passes the top of its value stack).
+#[inline]
+pub fn attributes_node<'py>(
+    py: Python<'py>,
+    reg: &Registration,
+    aux: &Bound<'py, PyAny>,
+    children: &[Bound<'py, PyAny>],
+) -> PyResult<Bound<'py, PyAny>> {
+    match &reg.rule {
+        Rule::Dataclass { data, meta, .. } => with_attributes(
+            reg.ty.bind(py),
+            data,
+            meta,
+            aux.cast::<PyTuple>()?,
+            children,
+        ),
+        _ => Err(crate::internal!("an attribute rebuild of another rule")),
+    }
+}
+
+/// `object.__new__(ty)`, then `object.__setattr__(obj, name, value)` for each data field and
+/// its child, then each meta field and its value: neither `__init__` nor a class's own
+/// `__setattr__` runs (a frozen dataclass's included), and each value goes into `__dict__` or
+/// its slot. A class whose `__new__` is object's is allocated by object's `tp_new` directly;
+/// one with its own `__new__` gets a call of `object.__new__`, which bypasses it. The Python
+/// call per instance was a third of a 1,000-object unflatten.
+fn with_attributes<'py>(
+    ty: &Bound<'py, pyo3::types::PyType>,
+    data: &[Py<pyo3::types::PyString>],
+    meta: &[Py<pyo3::types::PyString>],
+    meta_values: &Bound<'py, PyTuple>,
+    children: &[Bound<'py, PyAny>],
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = ty.py();
+    if children.len() != data.len() || meta_values.len() != meta.len() {
+        return Err(crate::internal!(
+            "{} rebuilt from {} children and {} meta values, registered with {} and {}",
+            ty.name().map(|n| n.to_string()).unwrap_or_default(),
+            children.len(),
+            meta_values.len(),
+            data.len(),
+            meta.len()
+        ));
+    }
+    let obj = match crate::ffi::object_new(ty) {
+        Some(made) => made?,
+        None => {
+            let methods = OBJECT.get_or_try_init(py, || -> PyResult<ObjectMethods> {
+                let object = py.get_type::<pyo3::types::PyAny>();
+                Ok(ObjectMethods {
+                    new: object.getattr("__new__")?.unbind(),
+                })
+            })?;
+            methods.new.bind(py).call1((ty,))?
+        }
+    };
+    for (name, value) in data.iter().zip(children) {
+        crate::ffi::generic_setattr(&obj, name.bind(py), value)?;
+    }
+    for (name, value) in meta.iter().zip(meta_values.iter()) {
+        crate::ffi::generic_setattr(&obj, name.bind(py), &value)?;
+    }
+    Ok(obj)
 }
 
 /// `ty(**dict(zip(kwnames, children + meta_values)))` without the keyword dict, when

@@ -143,6 +143,16 @@ fn rebuilt<'py>(
         Kind::Tuple => seq_from_top(py, stack, node.arity, false)?,
         Kind::List => seq_from_top(py, stack, node.arity, true)?,
         Kind::NamedTuple => namedtuple_from_top(node.kept(py)?, stack, node.arity)?,
+        Kind::Custom if node.custom().is_some_and(super::custom::sets_attributes) => {
+            // Set straight from the value stack: no tuple of children per instance.
+            let start = stack.len() - node.arity;
+            let reg = node
+                .custom()
+                .invariant("a custom node without its registration")?;
+            let obj = super::custom::attributes_node(py, reg, node.kept(py)?, &stack[start..])?;
+            stack.truncate(start);
+            obj
+        }
         _ => {
             let start = stack.len() - node.arity;
             make_node(py, spec.face, node, stack.drain(start..))?
