@@ -155,6 +155,7 @@ _SUBMODULES = frozenset(
     {
         "accessors",
         "dataclasses",
+        "flat",
         "functools",
         "graph",
         "module",
@@ -418,6 +419,13 @@ if TYPE_CHECKING:
     __all__ += _module.__all__
 else:
     __all__ += _lazy("module", "Kind Module Parameter State")
+# -- flat trees --
+if TYPE_CHECKING:
+    from oxtree.flat import FlatTree
+
+    __all__ += ["FlatTree"]
+else:
+    __all__ += _lazy("flat", "FlatTree")
 # -- random-number streams --
 if TYPE_CHECKING:
     from oxtree.rngs import Rngs, RngStream
