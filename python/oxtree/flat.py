@@ -576,26 +576,29 @@ class FlatTree:
         )
         if at is None:
             return
-        if at < len(new):
-            again, again_def = flatdef.flatten(*self._roots(flatdef.rebuild(new)))
-            if again_def != treedef:
-                at = min(first_difference(again, new), len(new) - 1)
-                raise ValueError(
-                    f"FlatTree.write_back: the new leaf at {flatdef.where(at)} (a "
-                    f"{type(new[at]).__name__}) is not a leaf to the flatten that made the "
-                    "flat tree, so writing it would change the target's structure; write back "
-                    "leaves that stay leaves (unflatten() gives objects of a new structure)"
-                )
+        again, again_def = flatdef.flatten(*self._roots(flatdef.rebuild(new)))
+        if again_def != treedef:
+            at = min(first_difference(again, new), len(new) - 1)
             raise ValueError(
-                f"FlatTree.write_back: the leaf at {flatdef.where(at)} changed, and the change "
-                f"cannot be written back to the target: {REFUSED}; use unflatten() to get new "
-                "objects instead"
+                f"FlatTree.write_back: the new leaf at {flatdef.where(at)} (a "
+                f"{type(new[at]).__name__}) is not a leaf to the flatten that made the flat "
+                "tree, so writing it would change the target's structure; write back leaves "
+                "that stay leaves (unflatten() gives objects of a new structure)"
+            )
+        if at < len(new):
+            where = f"the leaf at {flatdef.where(at)}"
+        elif graph:
+            where = "the targets' structure"
+        else:
+            raise ValueError(
+                "FlatTree.write_back: the target holds an object (a Module, list, dict or "
+                "dataclass instance) in several places, each of which the flat tree, made by "
+                "FlatTree.flatten, holds a copy of; make it with FlatTree.from_graph to write "
+                "back to shared objects"
             )
         raise ValueError(
-            "FlatTree.write_back: the target holds an object (a Module, list, dict or "
-            "dataclass instance) in several places, each of which the flat tree, made by "
-            "FlatTree.flatten, holds a copy of; make it with FlatTree.from_graph to write "
-            "back to shared objects"
+            f"FlatTree.write_back: {where} changed, and the change cannot be written back to "
+            f"the target: {REFUSED}; use unflatten() to get new objects instead"
         )
 
     def _roots(self, rebuilt: Any) -> tuple[Any, ...]:

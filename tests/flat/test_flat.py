@@ -560,6 +560,19 @@ def test_write_back_refuses_a_new_leaf_that_is_no_leaf() -> None:
         assert target == {"a": 1, "b": 2}
 
 
+def test_write_back_names_what_the_write_back_rule_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the rule's answer "their structure differs" (the targets put back): no input of a graph
+    # flat tree is known to reach it, so the rule is made to answer it
+    import oxtree._write_back as rule
+
+    target = {"a": [1]}
+    flat = FlatTree.from_graph(target).map(lambda x: x + 1)
+    monkeypatch.setattr(rule, "write_leaves", lambda *args, **kwargs: 1)
+    with pytest.raises(ValueError, match=r"the targets' structure changed, and the change"):
+        flat.write_back(target)
+    assert target == {"a": [1]}
+
+
 def test_write_back_takes_as_many_targets_as_roots() -> None:
     with pytest.raises(
         TypeError, match=r"the tree of 1 root\(s\), so it takes 1 target\(s\), got 2"
