@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.deps-installed
 
-.PHONY: all demo test lint build compat bench bench-jit bench-graph bench-import fuzz docs-check fmt \
+.PHONY: all demo test lint build compat bench bench-jit bench-graph bench-flat bench-import fuzz docs-check fmt \
 	clean compat-jax compat-jax-run
 
 all: build
@@ -75,6 +75,12 @@ bench-jit: build $(BENCH_STAMP)
 
 bench-graph: build $(BENCH_STAMP)
 	$(PY) benchmarks/bench_graph.py
+
+# The tree overhead of an optimizer step (SGD, Adam; by hand, optax, jitted) with
+# oxtree.FlatTree, with jax.tree.map / optax on the Module itself, and with nnx.split /
+# nnx.update (docs/flat.md).
+bench-flat: build $(BENCH_STAMP)
+	$(PY) benchmarks/bench_flat.py
 
 # Wall time that `import oxtree` (and the first use of its heavier parts) adds to a fresh
 # interpreter, against optree's import.

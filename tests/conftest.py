@@ -3,7 +3,8 @@
 engine/ flatten, unflatten and the leaf walks; treespec/ treespec methods and the tree algebra;
 paths/ key paths and accessors; registry/ registration; errors/ every error text; optree_face/
 and jax_face/ drop-in behaviour against optree and JAX; graph/ shared and cyclic references;
-module/ Modules; integration/ the JAX integration (filter_jit, mirroring); pretty/ the
+module/ Modules; flat/ flat trees (oxtree.FlatTree, with JAX and optax, and docs/flat.md);
+integration/ the JAX integration (filter_jit, mirroring); pretty/ the
 pretty-printer; reliability/ memory, threads, fuzzing and untrusted input; docs/ the doctests
 of the user documentation; typing/ `PyTree[T]` at run time and to mypy and pyright;
 ecosystem/ the types JAX's ecosystem registers with JAX (equinox, flax.struct, Flax NNX, chex,

@@ -160,6 +160,7 @@ _SUBMODULES = frozenset(
     {
         "accessors",
         "dataclasses",
+        "flat",
         "functools",
         "graph",
         "module",
@@ -428,6 +429,13 @@ if TYPE_CHECKING:
     __all__ += _module.__all__
 else:
     __all__ += _lazy("module", "Kind Module Parameter State")
+# -- flat trees --
+if TYPE_CHECKING:
+    from oxtree.flat import FlatTree
+
+    __all__ += ["FlatTree"]
+else:
+    __all__ += _lazy("flat", "FlatTree")
 # -- random-number streams --
 if TYPE_CHECKING:
     from oxtree.rngs import Rngs, RngStream

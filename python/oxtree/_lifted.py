@@ -19,6 +19,7 @@ import jax.tree_util as jtu
 
 from oxtree import module as _module
 from oxtree._core import DictKey, SequenceKey, keystr
+from oxtree._write_back import transplant, walk
 from oxtree.graph import GraphDef, graph_unflatten
 from oxtree.graph import _graph_flatten_jax as graph_flatten
 from oxtree.jax import (
@@ -26,9 +27,7 @@ from oxtree.jax import (
     _is_array_type,
     _numbered,
     _Out,
-    _walk,
     _where,
-    _write_back,
 )
 
 __all__ = ["Carry", "StateAxes", "filter_eval_shape", "filter_remat", "filter_scan", "filter_vmap"]
@@ -860,8 +859,8 @@ def filter_scan(
         y_out.changes.write_back((xs,), xs_flat.leaves, changed)
     carry_out = graph_unflatten(carry_flat.graphdef, carry_flat.with_values(final))
     if found and found[0]:
-        count = len(_walk((init,)))
-        _write_back((init,), (carry_out,), tuple(range(count)))
+        count = len(walk((init,)))
+        transplant((init,), (carry_out,), tuple(range(count)))
         carry_out = graph_unflatten(carry_flat.graphdef, carry_flat.with_values(final))
     if y_axes is not None:
         ys = tuple(y if a == 0 else jnp.moveaxis(y, 0, a) for y, a in zip(ys, y_axes, strict=True))

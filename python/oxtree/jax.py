@@ -28,7 +28,6 @@ of the first argument. :func:`partition` and :func:`combine` split a tree by a f
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import operator
 import re
@@ -53,6 +52,8 @@ from oxtree._core import (
     keystr,
     registered_types,
 )
+from oxtree._write_back import REFUSED, write_leaves
+from oxtree._write_back import walk as _walk
 from oxtree.graph import GraphDef, graph_unflatten
 from oxtree.graph import _graph_flatten_jax as graph_flatten
 from oxtree.registry import _jax_functions
@@ -469,133 +470,25 @@ class _Changes:
             leaves[v] if kind == 0 else (changed[v] if kind == 1 else v) for kind, v in self.sources
         ]
         fresh = graph_unflatten(self.graphdef, new)
-        saved = [_Saved(x) for x in _walk(roots)]
-        _write_back(roots, fresh if len(roots) != 1 else (fresh,), self.origin)
-        # Whatever the caller's objects could not take (a change inside a tuple or another
-        # object rebuilt from its children, at the top of an argument) is reported, and the
-        # caller's objects are put back as they were.
-        now, now_gd = graph_flatten(*roots, namespace=self.namespace)
-        if now_gd == self.graphdef and all(map(operator.is_, now, new)):
-            return
-        for state in saved:
-            state.restore()
-        paths = self.graphdef.paths()
-        at = next(
-            (i for i, (a, b) in enumerate(zip(now, new, strict=False)) if a is not b),
-            min(len(now), len(new)),
+        at = write_leaves(
+            roots,
+            fresh if len(roots) != 1 else (fresh,),
+            new,
+            self.graphdef,
+            functools.partial(graph_flatten, namespace=self.namespace),
+            self.origin,
         )
+        if at is None:
+            return
+        # Whatever the caller's objects could not take (a change inside a tuple or another
+        # object rebuilt from its children, at the top of an argument) is reported; the
+        # caller's objects are as they were.
+        paths = self.graphdef.paths()
         where = self.where(paths[at]) if at < len(paths) else "the arguments' structure"
         raise ValueError(
             f"{self.name}: the function changed {where} in its arguments, and the change cannot "
-            "be written back to the caller's objects: only Modules, lists, dicts and dataclass "
-            "instances are updated in place, and this change lies inside a tuple or another "
-            "object that is rebuilt rather than mutated; return the new value instead"
+            f"be written back to the caller's objects: {REFUSED}; return the new value instead"
         )
-
-
-class _Saved:
-    """The contents of one writable object (and a Module's aux data), to put back."""
-
-    __slots__ = ("aux", "contents", "obj")
-
-    def __init__(self, obj: Any) -> None:
-        self.obj = obj
-        self.aux = obj._oxtree_def if isinstance(obj, _module.Module) else None
-        if isinstance(obj, list):
-            self.contents: Any = list(obj)
-        else:
-            self.contents = dict(obj if isinstance(obj, dict) else vars(obj))
-
-    def restore(self) -> None:
-        obj = self.obj
-        if isinstance(obj, list):
-            obj[:] = self.contents
-            return
-        target = obj if isinstance(obj, dict) else vars(obj)
-        target.clear()
-        target.update(self.contents)
-        if self.aux is not None:
-            _module._DEF_SLOT.__set__(obj, self.aux)
-
-
-def _writable(x: Any) -> bool:
-    """Whether write-back updates ``x`` in place: a list, a dict, a Module or a dataclass
-    instance (its ``__dict__``)."""
-    return isinstance(x, list | dict | _module.Module) or (
-        dataclasses.is_dataclass(x) and not isinstance(x, type) and hasattr(x, "__dict__")
-    )
-
-
-def _walk(roots: tuple[Any, ...]) -> list[Any]:
-    """The writable objects reachable from ``roots`` through tuples and writable objects,
-    each once, in a fixed order (attributes by name) that two graphs of one structure share."""
-    found: list[Any] = []
-    seen: set[int] = set()
-    stack = [roots]
-    while stack:
-        x = stack.pop()
-        if type(x) is tuple or (isinstance(x, tuple) and hasattr(x, "_fields")):
-            stack.extend(reversed(x))
-            continue
-        if not _writable(x) or id(x) in seen:
-            continue
-        seen.add(id(x))
-        found.append(x)
-        if isinstance(x, list):
-            stack.extend(reversed(x))
-        elif isinstance(x, dict):
-            stack.extend(reversed(list(x.values())))
-        else:
-            state = vars(x)
-            stack.extend(state[k] for k in sorted(state, reverse=True))
-    return found
-
-
-def _write_back(orig: tuple[Any, ...], fresh: tuple[Any, ...], origin: Sequence[int]) -> None:
-    """Makes the caller's objects ``orig`` hold what ``fresh`` holds. ``origin`` gives, for
-    each object of ``_walk(fresh)``, the index in ``_walk(orig)`` of the caller's object it
-    was rebuilt from (-1 for an object the function made); each fresh object with an origin
-    is replaced by it, so the caller's objects keep their identities, and sharing and cycles
-    among them are as the function left them."""
-    mine = _walk(orig)
-    pairs: dict[int, tuple[Any, Any]] = {}
-    for k, f in zip(origin, _walk(fresh), strict=True):
-        if k >= 0 and type(mine[k]) is type(f):
-            pairs[id(f)] = (mine[k], f)
-    done: set[int] = set()
-
-    def remap(v: Any) -> Any:
-        pair = pairs.get(id(v))
-        if pair is not None:
-            return pair[0]
-        if _writable(v):
-            fill(v, v)  # an object the function made: it may hold rebuilt ones
-        elif type(v) is tuple:
-            return tuple(map(remap, v))
-        elif isinstance(v, tuple) and hasattr(v, "_fields"):
-            return type(v)(*map(remap, v))
-        return v
-
-    def fill(target: Any, source: Any) -> None:
-        if id(source) in done:
-            return
-        done.add(id(source))
-        if isinstance(source, list):
-            target[:] = [remap(x) for x in source]
-        elif isinstance(source, dict):
-            items = [(k, remap(x)) for k, x in source.items()]
-            target.clear()
-            target.update(items)
-        else:
-            contents = {k: remap(x) for k, x in vars(source).items()}
-            if isinstance(source, _module.Module):
-                _module._DEF_SLOT.__set__(target, source._oxtree_def)
-            state = vars(target)
-            state.clear()
-            state.update(contents)
-
-    for o, f in list(pairs.values()):
-        fill(o, f)
 
 
 jtu.register_pytree_node(_Out, lambda out: ((), out), lambda out, _: out)
