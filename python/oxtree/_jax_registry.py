@@ -71,7 +71,9 @@ def _dataclass_fields(flatten: Any, cls: type) -> tuple[tuple[str, ...], tuple[s
         code is None
         or closure is None
         or module != "jax._src.tree_util"
-        or not qualname.startswith("register_dataclass.")
+        # jax 0.10 makes it in register_dataclass, jax 0.12 in its helper _register_dataclass.
+        or qualname.partition(".<locals>.")[::2]
+        not in (("register_dataclass", "flatten_func"), ("_register_dataclass", "flatten_func"))
     ):
         return None
     cells = dict(zip(code.co_freevars, closure, strict=True))
