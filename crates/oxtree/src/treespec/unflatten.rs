@@ -78,6 +78,11 @@ pub fn collect_leaves<'py>(
     leaves: &Bound<'py, PyAny>,
 ) -> PyResult<(Python<'py>, Vec<Bound<'py, PyAny>>)> {
     let py = leaves.py();
+    let mut vec = spare::take(Slot::Leaves, 0);
+    if crate::ffi::extend_with_items(&mut vec, leaves) {
+        return Ok((py, vec));
+    }
+    spare::give_back(Slot::Leaves, vec);
     let vec: Vec<Bound<'py, PyAny>> = if let Ok(list) = leaves.cast::<PyList>() {
         let mut vec = spare::take(Slot::Leaves, list.len());
         vec.extend(list.iter());
@@ -213,6 +218,16 @@ fn rebuilt<'py>(
             let obj = super::custom::attributes_node(py, reg, node.kept(py)?, &stack[start..])?;
             stack.truncate(start);
             obj
+        }
+        Kind::Custom => {
+            // The children's tuple made straight from the value stack, as for tuples.
+            let reg = node
+                .custom()
+                .invariant("a custom node without its registration")?;
+            let children = seq_from_top(py, stack, node.arity, false)?;
+            // `seq_from_top` made an exact tuple: the cast cannot fail.
+            let children = children.cast_into::<PyTuple>()?;
+            super::custom::unflatten(py, reg, node.kept(py)?, children)?
         }
         _ => {
             let start = stack.len() - node.arity;
