@@ -129,7 +129,9 @@ fn node_children<'py>(
             if t.len() != node.arity {
                 return Ok(Some(Mismatch::Arity { got: t.len() }));
             }
-            out.extend(t.iter());
+            if !crate::ffi::extend_with_items(out, t.as_any()) {
+                out.extend(t.iter()); // a namedtuple or struct sequence
+            }
         }
         Kind::List => {
             let Ok(l) = obj.cast_exact::<PyList>() else {
@@ -138,7 +140,7 @@ fn node_children<'py>(
             if l.len() != node.arity {
                 return Ok(Some(Mismatch::Arity { got: l.len() }));
             }
-            out.extend(l.iter());
+            crate::ffi::extend_with_items(out, l.as_any()); // an exact list (checked above)
         }
         Kind::Dict | Kind::OrderedDict | Kind::DefaultDict => {
             // Under optree's rules any of the three mapping kinds matches any other with the
@@ -223,7 +225,7 @@ fn node_children<'py>(
             if kids.len() != node.arity {
                 return Ok(Some(Mismatch::Arity { got: kids.len() }));
             }
-            out.extend(kids.into_vec());
+            kids.append_to(out);
         }
         Kind::Leaf | Kind::None => {
             return Err(crate::internal!(
