@@ -103,7 +103,9 @@ docs-check: build
 # the file of its release tag, then the newest jax from PyPI (Python 3.12, in .venv-jax-new,
 # oxtree built into it) with the file of the snapshot's newest commit. The file is read from
 # the jax repository snapshot, never copied here; without the snapshot the target skips.
-JAX_SNAPSHOT ?= /work/.mirror/jax-ml+jax/repo
+# JAX_SNAPSHOT: a bare or normal git clone of github.com/jax-ml/jax that has the tag
+# jax-v0.10.2; `git clone --bare https://github.com/jax-ml/jax .compat/jax` makes the default.
+JAX_SNAPSHOT ?= .compat/jax
 PYTHON_NEW ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3.12; do \
 	$$p -c 'import sys; print(sys.executable)' 2>/dev/null && break; done)
 VENV_NEW := .venv-jax-new
@@ -123,7 +125,8 @@ $(NEW_STAMP): requirements-compat-jax.txt
 
 compat-jax:
 	@if [ ! -d "$(JAX_SNAPSHOT)" ]; then \
-		echo "jax suite: skipped, no jax repository snapshot at $(JAX_SNAPSHOT)"; exit 0; fi; \
+		echo "jax suite: skipped, no jax repository snapshot at $(JAX_SNAPSHOT)" \
+			"(git clone --bare https://github.com/jax-ml/jax $(JAX_SNAPSHOT))"; exit 0; fi; \
 	$(MAKE) --no-print-directory compat-jax-run
 
 compat-jax-run: build $(COMPAT_JAX_STAMP) $(NEW_STAMP)
