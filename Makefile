@@ -6,6 +6,34 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.deps-installed
 
+# `make help` prints the lines below that start with `## `: one line per target
+# (tests/docs/test_make_help.py checks that every .PHONY target is listed).
+## make                the same as make build
+## make help           this list
+## make venv           create .venv and install requirements-dev.txt into it
+## make build          (re)build the release extension into .venv (maturin develop --release)
+## make demo           build, then run examples/tour.py, the guided tour
+## make test           lint, docs/architecture.md's citations, cargo test, stubtest, pytest
+## make lint           cargo fmt --check, clippy -D warnings, ruff check/format --check, mypy, pyright
+## make fmt            apply cargo fmt, ruff format and ruff check --fix
+## make test-matrix    stubtest and pytest on every other CPython 3.11+ found, each in .venv-3.X
+## make compat         optree 0.20.0's own test suite against oxtree; fails below 99%
+## make compat-jax     JAX's tests/tree_util_test.py against oxtree.tree_util (JAX_SNAPSHOT=a jax clone)
+## make compat-jax-run what compat-jax runs once the jax snapshot is found
+## make bench          time oxtree, optree, jax.tree_util and dm-tree side by side
+## make bench-jit      filter_jit against jax.jit and equinox (installs requirements-bench.txt)
+## make bench-graph    graph_flatten against FlareJax (installs requirements-bench.txt)
+## make bench-flat     the tree overhead of an optimizer step with FlatTree, jax.tree.map and nnx
+## make bench-import   the wall time of `import oxtree` against optree's
+## make bench-matrix   the speed targets against jax on every CPython 3.11+ found
+## make fuzz           the long reliability run: a million fuzz cases, the soak, threads, depth
+## make docs-check     render the HTML views in headless Chromium (skips without chromium)
+## make dist           the sdist and a manylinux2014 wheel per CPython 3.11+ found, checked
+## make clean          remove the venvs, target/ and dist/
+.PHONY: help venv
+help:
+	@sed -n 's/^## //p' $(firstword $(MAKEFILE_LIST))
+
 .PHONY: all demo test lint build compat bench bench-jit bench-graph bench-flat bench-import fuzz docs-check fmt \
 	clean compat-jax compat-jax-run
 
