@@ -189,16 +189,15 @@ BENCH_MATRIX_ARGS ?= --libs oxtree,jax --ops flatten,unflatten,leaves,structure,
 bench-matrix:
 	BENCH_ARGS="$(BENCH_MATRIX_ARGS)" tools/matrix.sh bench
 
-# `make dist`: an sdist and a stripped manylinux wheel for .venv's Python in dist/, then
-# tools/dist_check.sh (twine check, license files in both, the wheel installed into a fresh
-# venv and imported).
+# `make dist`: the sdist and one stripped wheel per CPython 3.11+ found (as test-matrix finds
+# them; DIST_VERSIONS="3.12 3.13" narrows the set), linked with zig for manylinux2014 (glibc
+# 2.17; DIST_COMPATIBILITY=manylinux_2_28 for another), in dist/; then tools/dist_check.sh
+# (twine check, license files, auditwheel show and the glibc symbol versions of each wheel,
+# each wheel installed by pip from dist/ into a fresh venv of its own Python and imported).
 DIST_STAMP := $(VENV)/.dist-deps-installed
 $(DIST_STAMP): requirements-dist.txt $(STAMP)
 	$(PIP) install --quiet -r requirements-dist.txt
 	touch $(DIST_STAMP)
 
 dist: $(DIST_STAMP)
-	rm -rf dist
-	$(VENV)/bin/maturin sdist --out dist
-	$(VENV)/bin/maturin build --release --strip --compatibility pypi --interpreter $(PY) --out dist
-	tools/dist_check.sh $(PY) $(VENV)/bin/twine
+	tools/dist.sh $(VENV)
