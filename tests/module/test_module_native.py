@@ -11,7 +11,7 @@ from typing import Any
 import oxtree
 import pytest
 from oxtree import GetAttrKey, Module, Parameter, State
-from oxtree import module as om
+from oxtree.module import _module as om
 from oxtree._core import _flatten_one_level
 
 
