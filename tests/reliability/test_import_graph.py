@@ -24,6 +24,7 @@ named, the package's ``__init__`` when the name is not a submodule.
 from __future__ import annotations
 
 import ast
+import itertools
 from pathlib import Path
 
 import pytest
@@ -95,9 +96,8 @@ def _edges(name: str, path: Path, modules: dict[str, Path], *, lazy: bool) -> di
     ``lazy``, the function-level imports of ``LAZY_ALLOWED`` left out."""
     is_package = path.name == "__init__.py"
     out: dict[str, int] = {}
-    in_function = False
 
-    def add(target: str, line: int) -> None:
+    def add(target: str, line: int, in_function: bool) -> None:
         if target != name and not (lazy and in_function and (name, target) in LAZY_ALLOWED):
             out.setdefault(target, line)
 
@@ -105,7 +105,7 @@ def _edges(name: str, path: Path, modules: dict[str, Path], *, lazy: bool) -> di
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name == "oxtree" or alias.name.startswith("oxtree."):
-                    add(alias.name, node.lineno)
+                    add(alias.name, node.lineno, in_function)
             continue
         base = node.module or ""
         if node.level:  # relative: from the package holding this module
@@ -117,7 +117,7 @@ def _edges(name: str, path: Path, modules: dict[str, Path], *, lazy: bool) -> di
             continue
         for alias in node.names:
             sub = f"{base}.{alias.name}"
-            add(sub if sub in modules else base, node.lineno)
+            add(sub if sub in modules else base, node.lineno, in_function)
     return out
 
 
@@ -159,7 +159,7 @@ def _cycle(graph: dict[str, dict[str, int]]) -> list[str] | None:
 
 def _describe(graph: dict[str, dict[str, int]], cycle: list[str]) -> str:
     return (
-        " -> ".join(f"{a} (line {graph[a][b]})" for a, b in zip(cycle, cycle[1:], strict=False))
+        " -> ".join(f"{a} (line {graph[a][b]})" for a, b in itertools.pairwise(cycle))
         + f" -> {cycle[-1]}"
     )
 

@@ -186,7 +186,7 @@ def register_namespace(namespace: str = "") -> list[type]:
     ``oxtree.tree_util`` or as Module classes are left as they are, so calling it again after
     new registrations mirrors just those.
 
-    >>> import oxtree
+    >>> import jax, oxtree
     >>> class Box:
     ...     def __init__(self, x): self.x = x
     >>> _ = oxtree.register_pytree_node(
