@@ -92,6 +92,10 @@ def test_public_names_keep_their_home() -> None:
     for name in oxjax.__all__:
         assert getattr(oxjax, name).__module__ == "oxtree.jax", name
     assert oxtree.Module is om.Module
+    # What oxtree.jax offered besides __all__ (what the transforms flatten with) stays.
+    assert oxjax.graph_unflatten is oxtree.graph_unflatten
+    assert oxjax.GraphDef is oxtree.GraphDef
+    assert oxjax.graph_flatten({"a": [1]})[0] == [1]
     assert repr(oxjax.Carry) == "Carry"
 
 

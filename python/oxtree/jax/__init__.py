@@ -29,6 +29,12 @@ of the first argument. :func:`partition` and :func:`combine` split a tree by a f
 from __future__ import annotations
 
 from oxtree import _jax_hook
+
+# graph_flatten, graph_unflatten and GraphDef: what the transforms flatten with (the graph
+# walk that reads JAX's registry), available here as they always were.
+from oxtree.graph import GraphDef as GraphDef
+from oxtree.graph import _graph_flatten_jax as graph_flatten  # noqa: F401
+from oxtree.graph import graph_unflatten as graph_unflatten
 from oxtree.jax._arrays import is_array, is_inexact_array
 from oxtree.jax._axes import Carry, StateAxes
 from oxtree.jax._grad import filter_grad, filter_value_and_grad
