@@ -5,8 +5,10 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyList, PyTuple, PyType};
 
-use super::{Face, Node, PyTreeSpec};
-use crate::errors::{Invariant, TreeError};
+use super::{Node, PyTreeSpec};
+use crate::errors::TreeError;
+use crate::face::Face;
+use crate::invariant::Invariant;
 use crate::kind::Kind;
 use crate::registry;
 use crate::types;
@@ -241,7 +243,7 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
                     && arity > 1
                     && (insertion.is_some() || face == Face::Jax)
                 {
-                    let sorted = super::flatten::sort_keys(&k, false)?;
+                    let sorted = super::dict_order::sort_keys(&k, false)?;
                     let same = sorted.iter().zip(k.iter()).all(|(a, b)| a.is(&b));
                     if !same {
                         return Err(bad(format!("node {i}: dict keys are not in sorted order")));
