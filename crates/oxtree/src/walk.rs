@@ -306,7 +306,7 @@ pub fn map_with_paths_impl<'py>(
 }
 
 // ---------------------------------------------------------------------------------------------
-// Selecting leaves by path pattern (pattern.rs, treespec/select.rs)
+// Selecting leaves by path pattern (pattern/mod.rs, treespec/select.rs)
 
 /// Flattens `tree` under `opts` and matches `m` against every leaf's key path: for each leaf
 /// the tag of the first pattern it matches (`NO_MATCH` for none), the leaves (when `LEAVES`)

@@ -1,6 +1,7 @@
 //! Every raw CPython access of the core, and every other `unsafe` operation, behind small
-//! typed safe wrappers. No other module of the crate contains `unsafe` (a test in
-//! `tests/reliability/test_source_rules.py` keeps it so).
+//! typed safe wrappers, one file per concern. No file outside this folder contains `unsafe`
+//! (a test in `tests/reliability/test_source_rules.py` keeps it so). The folder is the
+//! crate's ground floor: it imports nothing of the crate but `invariant.rs`.
 //!
 //! Each wrapper states its contract once, in a `SAFETY:` comment, and checks at run time
 //! whatever its callers could get wrong (an index, a length, a type), so that no input of

@@ -1,4 +1,4 @@
-//! Selecting leaves by path pattern (`pattern.rs`): for each leaf of a treespec, the first
+//! Selecting leaves by path pattern (`pattern/mod.rs`): for each leaf of a treespec, the first
 //! pattern its key path matches, in one pre-order pass over the nodes. Each node's child keys
 //! are looked at once (shared by the leaves below), as `keys.rs` makes paths, but no key
 //! object is made for the builtin containers, and a subtree no glob can reach is skipped
