@@ -6,6 +6,34 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.deps-installed
 
+# `make help` prints the lines below that start with `## `: one line per target
+# (tests/docs/test_make_help.py checks that every .PHONY target is listed).
+## make                the same as make build
+## make help           this list
+## make venv           create .venv and install requirements-dev.txt into it
+## make build          (re)build the release extension into .venv (maturin develop --release)
+## make demo           build, then run examples/tour.py, the guided tour
+## make test           lint, docs/architecture.md's citations, cargo test, stubtest, pytest
+## make lint           cargo fmt --check, clippy -D warnings, ruff check/format --check, mypy, pyright
+## make fmt            apply cargo fmt, ruff format and ruff check --fix
+## make test-matrix    stubtest and pytest on every other CPython 3.11+ found, each in .venv-3.X
+## make compat         optree 0.20.0's own test suite against oxtree; fails below 99%
+## make compat-jax     JAX's tests/tree_util_test.py against oxtree.tree_util (JAX_SNAPSHOT=a jax clone)
+## make compat-jax-run what compat-jax runs once the jax snapshot is found
+## make bench          time oxtree, optree, jax.tree_util and dm-tree side by side
+## make bench-jit      filter_jit against jax.jit and equinox (installs requirements-bench.txt)
+## make bench-graph    graph_flatten against FlareJax (installs requirements-bench.txt)
+## make bench-flat     the tree overhead of an optimizer step with FlatTree, jax.tree.map and nnx
+## make bench-import   the wall time of `import oxtree` against optree's
+## make bench-matrix   the speed targets against jax on every CPython 3.11+ found
+## make fuzz           the long reliability run: a million fuzz cases, the soak, threads, depth
+## make docs-check     render the HTML views in headless Chromium (skips without chromium)
+## make dist           the sdist and a manylinux2014 wheel per CPython 3.11+ found, checked
+## make clean          remove the venvs, target/ and dist/
+.PHONY: help venv
+help:
+	@sed -n 's/^## //p' $(firstword $(MAKEFILE_LIST))
+
 .PHONY: all demo test lint build compat bench bench-jit bench-graph bench-flat bench-import fuzz docs-check fmt \
 	clean compat-jax compat-jax-run
 
@@ -44,8 +72,10 @@ fmt: $(STAMP)
 	$(VENV)/bin/ruff check --fix python tests benchmarks examples tools fuzz
 
 # tools/check_architecture.py: docs/architecture.md cites only files and names that exist.
+# tools/check_floors.py: the core's files import no circle and stand on their floors.
 test: lint build
 	$(PY) tools/check_architecture.py
+	$(PY) tools/check_floors.py --quiet
 	cargo test --quiet
 	$(PY) -m mypy.stubtest oxtree._core
 	$(PY) -X dev -m pytest -q
@@ -103,7 +133,9 @@ docs-check: build
 # the file of its release tag, then the newest jax from PyPI (Python 3.12, in .venv-jax-new,
 # oxtree built into it) with the file of the snapshot's newest commit. The file is read from
 # the jax repository snapshot, never copied here; without the snapshot the target skips.
-JAX_SNAPSHOT ?= /work/.mirror/jax-ml+jax/repo
+# JAX_SNAPSHOT: a bare or normal git clone of github.com/jax-ml/jax that has the tag
+# jax-v0.10.2; `git clone --bare https://github.com/jax-ml/jax .compat/jax` makes the default.
+JAX_SNAPSHOT ?= .compat/jax
 PYTHON_NEW ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3.12; do \
 	$$p -c 'import sys; print(sys.executable)' 2>/dev/null && break; done)
 VENV_NEW := .venv-jax-new
@@ -123,7 +155,8 @@ $(NEW_STAMP): requirements-compat-jax.txt
 
 compat-jax:
 	@if [ ! -d "$(JAX_SNAPSHOT)" ]; then \
-		echo "jax suite: skipped, no jax repository snapshot at $(JAX_SNAPSHOT)"; exit 0; fi; \
+		echo "jax suite: skipped, no jax repository snapshot at $(JAX_SNAPSHOT)" \
+			"(git clone --bare https://github.com/jax-ml/jax $(JAX_SNAPSHOT))"; exit 0; fi; \
 	$(MAKE) --no-print-directory compat-jax-run
 
 compat-jax-run: build $(COMPAT_JAX_STAMP) $(NEW_STAMP)
@@ -158,16 +191,15 @@ BENCH_MATRIX_ARGS ?= --libs oxtree,jax --ops flatten,unflatten,leaves,structure,
 bench-matrix:
 	BENCH_ARGS="$(BENCH_MATRIX_ARGS)" tools/matrix.sh bench
 
-# `make dist`: an sdist and a stripped manylinux wheel for .venv's Python in dist/, then
-# tools/dist_check.sh (twine check, license files in both, the wheel installed into a fresh
-# venv and imported).
+# `make dist`: the sdist and one stripped wheel per CPython 3.11+ found (as test-matrix finds
+# them; DIST_VERSIONS="3.12 3.13" narrows the set), linked with zig for manylinux2014 (glibc
+# 2.17; DIST_COMPATIBILITY=manylinux_2_28 for another), in dist/; then tools/dist_check.sh
+# (twine check, license files, auditwheel show and the glibc symbol versions of each wheel,
+# each wheel installed by pip from dist/ into a fresh venv of its own Python and imported).
 DIST_STAMP := $(VENV)/.dist-deps-installed
 $(DIST_STAMP): requirements-dist.txt $(STAMP)
 	$(PIP) install --quiet -r requirements-dist.txt
 	touch $(DIST_STAMP)
 
 dist: $(DIST_STAMP)
-	rm -rf dist
-	$(VENV)/bin/maturin sdist --out dist
-	$(VENV)/bin/maturin build --release --strip --compatibility pypi --interpreter $(PY) --out dist
-	tools/dist_check.sh $(PY) $(VENV)/bin/twine
+	tools/dist.sh $(VENV)

@@ -649,7 +649,7 @@ def jax_integration() -> None:
     import oxtree.jax as oxjax  # `import oxtree` alone never imports JAX
 
     def bump(v: dict[str, Any]) -> dict[str, Any]:
-        v["a"][0] += 1  # acts on the copy rebuilt inside the trace, never on the caller's
+        v["a"][0] += 1  # runs on the copy rebuilt inside the trace ...
         return v
 
     x = [jnp.zeros(())]
@@ -657,6 +657,7 @@ def jax_integration() -> None:
     show('out["a"] is out["b"]', out["a"] is out["b"])
     show("out", out)
     show("the caller's x", x)
+    note("... and what the function changed is written back to the caller's objects: x too")
     oxjax.register(Layer)  # mirror oxtree's registration of Layer into JAX's registry
     grads = jax.grad(lambda lay: jnp.sum(lay.weight**2) + lay.bias)(
         Layer(jnp.ones(2), jnp.float32(0.5))

@@ -29,27 +29,9 @@ esac
 versions=${MATRIX_VERSIONS:-3.11 3.12 3.13 3.14}
 VENV_PY=${VENV_PY:-.venv/bin/python}
 
-# The interpreter of CPython $1 (e.g. 3.12), or nothing.
-find_python() {
-    local minor=$1 candidates=() root py
-    if root=$(pyenv root 2>/dev/null); then
-        # Newest patch release first.
-        mapfile -t candidates < <(ls -d "$root"/versions/"$minor".* 2>/dev/null | sort -V -r)
-        candidates=("${candidates[@]/%//bin/python$minor}")
-    fi
-    if py=$(command -v "python$minor" 2>/dev/null); then
-        candidates+=("$py")
-    fi
-    for py in "${candidates[@]}"; do
-        # A pyenv shim exists for versions pyenv lacks; running it tells.
-        if [ -x "$py" ] && "$py" -c "import sys, platform
-ok = sys.version_info[:2] == tuple(map(int, '$minor'.split('.'))) and platform.python_implementation() == 'CPython'
-sys.exit(0 if ok else 1)" 2>/dev/null; then
-            echo "$py"
-            return
-        fi
-    done
-}
+# find_python MINOR: the interpreter of CPython MINOR, or nothing.
+# shellcheck source=tools/find_python.sh
+source tools/find_python.sh
 
 # Creates or refreshes .venv-$1 with interpreter $2 and its tools.
 prepare_venv() {

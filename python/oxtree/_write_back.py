@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 
-from oxtree import module as _module
+from oxtree.module import _module
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:

@@ -24,11 +24,10 @@ import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Annotated, Any
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-
 from oxtree.module import Kind, Module
+
+# JAX is imported when a stream is made, not with this module: `from oxtree import *` binds
+# Rngs and RngStream without it, and making one without JAX installed says what is missing.
 
 __all__ = ["RNG", "RngStream", "Rngs"]
 
@@ -39,8 +38,18 @@ RNG = Kind.define("rng")
 _Seed = Any  # an int, an integer scalar array, a typed key array or a raw uint32 key
 
 
+def _needs_jax(what: str) -> None:
+    """Imports JAX, or raises an ImportError saying that ``oxtree.<what>`` needs it."""
+    try:
+        import jax  # noqa: F401
+    except ImportError as e:
+        raise ImportError(f"oxtree.{what} needs JAX: pip install jax") from e
+
+
 def _per_key(fn: Callable[..., Any], batch_ndim: int) -> Callable[..., Any]:
     """``fn`` of one key (and one count) mapped over ``batch_ndim`` leading axes."""
+    import jax
+
     for _ in range(batch_ndim):
         fn = jax.vmap(fn)
     return fn
@@ -48,6 +57,8 @@ def _per_key(fn: Callable[..., Any], batch_ndim: int) -> Callable[..., Any]:
 
 @functools.cache
 def _raw_key_size() -> int:
+    import jax
+
     # The trailing size of a raw key of the default implementation (2 for threefry), read
     # from its shape only.
     return int(jax.eval_shape(lambda: jax.random.PRNGKey(0)).shape[-1])
@@ -56,6 +67,10 @@ def _raw_key_size() -> int:
 def _as_key(where: str, seed: _Seed) -> tuple[Any, tuple[int, ...]]:
     """The key a stream starts from (``where`` names it in errors), and the shape of its
     batch of keys."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
     if isinstance(seed, RngStream):
         seed = seed.key
     dtype = getattr(seed, "dtype", None)
@@ -105,6 +120,9 @@ class RngStream(Module):
     count: Annotated[Any, RNG]
 
     def __init__(self, key: _Seed) -> None:
+        _needs_jax("RngStream")
+        import jax.numpy as jnp
+
         self.key, batch = _as_key("RngStream", key)
         self.count = jnp.zeros(batch, jnp.uint32)
 
@@ -115,6 +133,9 @@ class RngStream(Module):
         >>> (s() == s()).item(), int(s.count)
         (False, 2)
         """
+        import jax
+        import jax.numpy as jnp
+
         count = self.count
         key = _per_key(jax.random.fold_in, count.ndim)(self.key, count)
         self.count = count + jnp.uint32(1)
@@ -127,6 +148,8 @@ class RngStream(Module):
         >>> RngStream(0).split(3).count.shape
         (3,)
         """
+        import jax
+
         key = self()
         split = _per_key(lambda k: jax.random.split(k, num), self.count.ndim)
         return type(self)(split(key))
@@ -181,6 +204,7 @@ class Rngs(Module):
     def __init__(
         self, default: _Seed | Mapping[str, _Seed] | None = None, /, **streams: _Seed
     ) -> None:
+        _needs_jax("Rngs")
         if isinstance(default, Mapping):
             streams = {**default, **streams}
         elif default is not None:

@@ -16,17 +16,54 @@ from oxtree import tree, tree_util
 
 # Every public module of the package (and the core), found rather than listed, so a new
 # module's examples run without anyone remembering to add it here. The core's `jax_face`
-# submodule (the JAX face's functions) is not importable by name, so it is listed.
+# submodule (the JAX face's functions) is not importable by name, so it is listed. A public
+# subpackage (oxtree.jax, oxtree.module) is read whole: its classes and functions are defined
+# in its private submodules, whose examples run there.
+_PUBLIC = sorted(
+    info for info in pkgutil.iter_modules(oxtree.__path__) if not info.name.startswith("_")
+)
 MODULES = [
     "oxtree",
     "oxtree._core",
     "oxtree._core.jax_face",
+    *(f"oxtree.{info.name}" for info in _PUBLIC),
     *sorted(
-        f"oxtree.{info.name}"
-        for info in pkgutil.iter_modules(oxtree.__path__)
-        if not info.name.startswith("_")
+        sub.name
+        for info in _PUBLIC
+        if info.ispkg
+        for sub in pkgutil.walk_packages(
+            importlib.import_module(f"oxtree.{info.name}").__path__, f"oxtree.{info.name}."
+        )
     ),
 ]
+
+
+def _defined_in(obj: Any) -> str | None:
+    """The module of MODULES whose source defines ``obj`` (a function, or a class by its
+    functions), whatever its ``__module__`` says: a public class or function of a package
+    names the package as its home but is defined in one of its submodules."""
+    if inspect.isclass(obj):
+        for member in vars(obj).values():
+            found = _defined_in(getattr(member, "__func__", member))
+            if found is not None:
+                return found
+        return None
+    globals_ = getattr(obj, "__globals__", None)
+    name = globals_.get("__name__") if isinstance(globals_, dict) else None
+    return name if name in MODULES else None
+
+
+class _Finder(doctest.DocTestFinder):
+    """doctest's finder, taking a class or function for the module that defines it (see
+    `_defined_in`) rather than the one its ``__module__`` names, so that its examples (a
+    class's methods' included) are found there, once."""
+
+    def _from_module(self, module: ModuleType, obj: Any) -> bool:  # type: ignore[override]
+        defined = _defined_in(obj)
+        if defined is not None:
+            return defined == module.__name__
+        return bool(super()._from_module(module, obj))  # type: ignore[misc]
+
 
 # The namespaces whose every public callable must show an example.
 FACES = (oxtree, tree_util, tree)
@@ -43,9 +80,14 @@ def _module(name: str) -> ModuleType:
 def _doctests(name: str) -> list[doctest.DocTest]:
     """The examples of module `name`, with the names a reader of its docs has at hand."""
     module = _module(name)
-    # The core's examples use the public names bare, as a user of `from oxtree import *` would.
-    globs = {**{n: getattr(oxtree, n) for n in oxtree.__all__}, **vars(module)}
-    finder = doctest.DocTestFinder(exclude_empty=True)
+    # The core's examples use the public names bare, as a user of `from oxtree import *` would;
+    # those of a public package's submodules, the package's names too (its reader's).
+    globs = {**{n: getattr(oxtree, n) for n in oxtree.__all__}}
+    package = name.rpartition(".")[0]
+    if package != "oxtree" and package in MODULES:
+        globs.update(vars(importlib.import_module(package)))
+    globs.update(vars(module))
+    finder = _Finder(exclude_empty=True)
     tests = finder.find(module, name, globs=globs)
     found = {test.docstring for test in tests}
     # The finder skips what it cannot tie to the module: an alias with its own docstring
@@ -58,8 +100,11 @@ def _doctests(name: str) -> list[doctest.DocTest]:
         doc = getattr(obj, "__doc__", None)
         if inspect.ismodule(obj) or not isinstance(doc, str) or ">>>" not in doc:
             continue
-        # Defined here (not re-exported), and its own docstring rather than its type's.
+        # Defined here (not re-exported), and its own docstring rather than its type's; one
+        # defined in a submodule of the list runs there.
         if getattr(obj, "__module__", None) != module.__name__ or doc == type(obj).__doc__:
+            continue
+        if _defined_in(obj) not in (None, name):
             continue
         if doc not in found:
             found.add(doc)

@@ -1,4 +1,4 @@
-"""Graph flattening (issue #7): shared and cyclic references survive flatten/unflatten.
+"""Graph flattening: shared and cyclic references survive flatten/unflatten.
 
 The central helper is `signature`, a canonical description of an object graph's identity
 structure: every container is numbered in the order a breadth-first walk first meets it and
@@ -204,10 +204,10 @@ def test_signature_tells_sharing_apart() -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# The seed's examples (002: FlareJax flattening).
+# FlareJax's examples of graph flattening: a shared list and a cyclic list.
 
 
-def test_seed_shared_list() -> None:
+def test_flarejax_shared_list() -> None:
     x = [1, 2]
     y1 = {"a": x, "b": x}
     # Tree flattening copies the shared list ...
@@ -226,11 +226,11 @@ def test_seed_shared_list() -> None:
     assert y1 == {"a": [1, 2], "b": [1, 2]}
 
 
-def test_seed_shared_list_dict_view() -> None:
+def test_flarejax_shared_list_dict_view() -> None:
     x = [1, 2]
     y1 = {"a": x, "b": x}
     view = graph_to_dict(y1)
-    # The seed's entries, in our key format, with the reference as a GraphRef.
+    # FlareJax's entries, in our key format, with the reference as a GraphRef.
     assert {str(k): v for k, v in view.items()} == {
         "obj['a'][1]": 2,
         "obj['b']": GraphRef((DictKey("a"),)),
@@ -244,7 +244,7 @@ def test_seed_shared_list_dict_view() -> None:
     assert y2 == {"a": [4, 2], "b": [4, 2]}
 
 
-def test_seed_cyclic_list() -> None:
+def test_flarejax_cyclic_list() -> None:
     x: list[Any] = [1, 2]
     x.append(x)
     with pytest.raises(RecursionError, match="cycle"):
@@ -265,8 +265,8 @@ def test_seed_cyclic_list() -> None:
     assert z is not x
 
 
-def test_seed_new_leaves_keep_sharing() -> None:
-    """The data flow of the seed's filter_jit: flatten, compute new leaves, rebuild."""
+def test_new_leaves_keep_sharing() -> None:
+    """The data flow of filter_jit: flatten, compute new leaves, rebuild."""
     x = [0.0]
     y = {"a": x, "b": x}
     leaves, gd = graph_flatten(y)

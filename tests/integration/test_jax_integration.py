@@ -382,26 +382,26 @@ def test_both_namespaces_of_a_type_resolve_to_their_own_rule() -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# filter_jit: the seed's examples
+# filter_jit and jax.jit on a list shared by two keys
 
 
-def seed_func(v: Any) -> Any:
+def bump_a(v: Any) -> Any:
     v["a"][0] += 1
     return v
 
 
-def test_seed_jax_jit_breaks_the_shared_reference() -> None:
+def test_jax_jit_breaks_the_shared_reference() -> None:
     x = [jnp.zeros(())]
-    out = jax.jit(seed_func)({"a": x, "b": x})
+    out = jax.jit(bump_a)({"a": x, "b": x})
     assert float(out["a"][0]) == 1.0
     assert float(out["b"][0]) == 0.0
     assert out["a"] is not out["b"]
 
 
-def test_seed_filter_jit_keeps_the_shared_reference() -> None:
+def test_filter_jit_keeps_the_shared_reference() -> None:
     x = [jnp.zeros(())]
     y = {"a": x, "b": x}
-    out = oxjax.filter_jit(seed_func)(y)
+    out = oxjax.filter_jit(bump_a)(y)
     assert out["a"] is out["b"]
     assert float(out["a"][0]) == 1.0
     out["a"][0] += 1
@@ -415,11 +415,11 @@ def test_seed_filter_jit_keeps_the_shared_reference() -> None:
     assert out["a"] is not x
 
 
-def test_seed_five_calls_trace_three_times() -> None:
-    """The seed's example run as a sequence: shared input, then the same structure with new
+def test_five_calls_trace_three_times() -> None:
+    """The shared-list example run as a sequence: shared input, then the same structure with new
     values, then the two lists unshared (another graph), again with new values, then a Python
     float (a static leaf) in place of the array."""
-    fn, traces = counted(seed_func)
+    fn, traces = counted(bump_a)
     jitted = oxjax.filter_jit(fn)
     x = [jnp.zeros(())]
     y = jitted({"a": x, "b": x})  # 1: traces

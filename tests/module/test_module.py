@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Counter(Module):
-    """Seed 003's counter: one STATE."""
+    """A counter: one STATE."""
 
     def __init__(self) -> None:
         self.register_state("count", 0)
@@ -44,7 +44,7 @@ class Counter(Module):
 
 
 class CounterWithBias(Module):
-    """Seed 003's parameter/state example."""
+    """Parameters and states side by side."""
 
     def __init__(self) -> None:
         self.register_state("count", 0)
@@ -109,10 +109,10 @@ class Tied(Module):
 
 
 # --------------------------------------------------------------------------------------------
-# Seed 003
+# PAX-style modules: states, parameters, submodules
 
 
-def test_seed_counter_flatten_and_unflatten() -> None:
+def test_counter_flatten_and_unflatten() -> None:
     counter = Counter()
     counter.step()
     assert counter.count == 1
@@ -125,7 +125,7 @@ def test_seed_counter_flatten_and_unflatten() -> None:
     assert new.training is True
 
 
-def test_seed_parameter_and_state() -> None:
+def test_parameter_and_state() -> None:
     counter = CounterWithBias()
     counter.step()
     leaves, treedef = jtu.tree_flatten(counter)
@@ -137,7 +137,7 @@ def test_seed_parameter_and_state() -> None:
     assert new.name_to_kind == counter.name_to_kind
 
 
-def test_seed_submodule_assignment_becomes_module() -> None:
+def test_submodule_assignment_becomes_module() -> None:
     class Parent(Module):
         def __init__(self) -> None:
             self.child = Counter()

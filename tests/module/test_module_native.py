@@ -11,8 +11,8 @@ from typing import Any
 import oxtree
 import pytest
 from oxtree import GetAttrKey, Module, Parameter, State
-from oxtree import module as om
 from oxtree._core import _flatten_one_level
+from oxtree.module import _module as om
 
 
 class Leaf(Module):

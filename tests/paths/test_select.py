@@ -610,7 +610,7 @@ def test_module_select_by_pattern() -> None:
         "head.count",
     }
     # One at a time, as filter_vmap's StateAxes asks.
-    from oxtree.module import _as_filter
+    from oxtree.module._filters import _as_filter
 
     assert repr(_as_filter(PathPattern("a"))) == "PathPattern('a')"
     assert net.select(All(PathPattern("head.w"))).state_dict() == {"head.w": 3.0}

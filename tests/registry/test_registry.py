@@ -1897,7 +1897,7 @@ def test_threads_flatten_while_the_type_flips(reg: Registrations) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Seed 001: JAX's "custom pytree nodes" walk-through, with oxtree and numpy.
+# JAX's "Custom pytree nodes" page, with oxtree and numpy.
 
 
 class Special:
@@ -1906,14 +1906,14 @@ class Special:
         self.y = y
 
 
-def test_seed_001_unregistered_special_is_a_leaf() -> None:
+def test_custom_nodes_page_unregistered_special_is_a_leaf() -> None:
     items = [Special(0, 1), Special(2, 4)]
     assert oxtree.tree_leaves(items) == items
     with pytest.raises(TypeError, match="unsupported operand"):
         oxtree.tree_map(lambda x: x + 1, items)
 
 
-def test_seed_001_registered_special(reg: Registrations) -> None:
+def test_custom_nodes_page_registered_special(reg: Registrations) -> None:
     class RegisteredSpecial(Special):
         def __repr__(self) -> str:
             return f"RegisteredSpecial(x={self.x}, y={self.y})"
@@ -1929,7 +1929,7 @@ def test_seed_001_registered_special(reg: Registrations) -> None:
     assert repr(out) == "[RegisteredSpecial(x=1, y=2), RegisteredSpecial(x=3, y=5)]"
 
 
-def test_seed_001_register_pytree_node_class(reg: Registrations) -> None:
+def test_custom_nodes_page_register_pytree_node_class(reg: Registrations) -> None:
     @oxtree.register_pytree_node_class
     class RegisteredSpecial2(Special):
         def __repr__(self) -> str:
@@ -1960,14 +1960,14 @@ class MyOtherContainer(NamedTuple):
     c: Any
 
 
-def test_seed_001_namedtuple_string_field_is_a_leaf() -> None:
+def test_custom_nodes_page_namedtuple_string_field_is_a_leaf() -> None:
     leaves = oxtree.tree_leaves(
         [MyOtherContainer("Alice", 1, 2, 3), MyOtherContainer("Bob", 4, 5, 6)]
     )
     assert leaves == ["Alice", 1, 2, 3, "Bob", 4, 5, 6]
 
 
-def test_seed_001_dataclass_with_meta_fields(reg: Registrations) -> None:
+def test_custom_nodes_page_dataclass_with_meta_fields(reg: Registrations) -> None:
     @functools.partial(oxtree.register_dataclass, data_fields=["a", "b", "c"], meta_fields=["name"])
     @dataclasses.dataclass
     class MyDataclassContainer:
@@ -1999,13 +1999,13 @@ def test_seed_001_dataclass_with_meta_fields(reg: Registrations) -> None:
 
 
 class MyTree:
-    """Seed 001's MyTree, with numpy: __init__ converts (and so rejects) what it is given."""
+    """The page's MyTree, with numpy: __init__ converts (and so rejects) what it is given."""
 
     def __init__(self, a: Any) -> None:
         self.a = np.asarray(a, dtype=float)
 
 
-def test_seed_001_init_conversion_breaks_unflatten(reg: Registrations) -> None:
+def test_custom_nodes_page_init_conversion_breaks_unflatten(reg: Registrations) -> None:
     reg.node(MyTree, lambda tree: ((tree.a,), None), lambda _, args: MyTree(*args))
     tree = MyTree(np.arange(5.0))
     assert oxtree.tree_leaves(tree)[0] is tree.a
@@ -2017,7 +2017,7 @@ def test_seed_001_init_conversion_breaks_unflatten(reg: Registrations) -> None:
         oxtree.tree_map(lambda x: tree, tree)
 
 
-def test_seed_001_solution_1_guarded_init(reg: Registrations) -> None:
+def test_custom_nodes_page_solution_1_guarded_init(reg: Registrations) -> None:
     class GuardedTree:
         def __init__(self, a: Any) -> None:
             if not (type(a) is object or a is None or isinstance(a, GuardedTree)):
@@ -2032,7 +2032,7 @@ def test_seed_001_solution_1_guarded_init(reg: Registrations) -> None:
     np.testing.assert_array_equal(oxtree.tree_map(lambda x: x + 1, tree).a, [1.0, 2.0, 3.0])
 
 
-def test_seed_001_solution_2_object_new(reg: Registrations) -> None:
+def test_custom_nodes_page_solution_2_object_new(reg: Registrations) -> None:
     class NewTree(MyTree):
         pass
 
@@ -2049,7 +2049,7 @@ def test_seed_001_solution_2_object_new(reg: Registrations) -> None:
     assert oxtree.tree_map(lambda x: tree, tree).a is tree
 
 
-def test_seed_001_init_on_unflatten_false(reg: Registrations) -> None:
+def test_custom_nodes_page_init_on_unflatten_false(reg: Registrations) -> None:
     class FieldTree(MyTree):
         pass
 
@@ -2064,7 +2064,7 @@ def test_seed_001_init_on_unflatten_false(reg: Registrations) -> None:
     np.testing.assert_array_equal(oxtree.tree_map(lambda x: x * 2, tree).a, np.arange(5.0) * 2)
 
 
-def test_seed_001_internal_handling_examples() -> None:
+def test_custom_nodes_page_internal_handling_examples() -> None:
     value_flat, value_tree = oxtree.tree_flatten([1.0, (2.0, 3.0)])
     assert value_flat == [1.0, 2.0, 3.0]
     assert repr(value_tree) == "PyTreeSpec([*, (*, *)])"
@@ -2089,7 +2089,7 @@ def test_seed_001_internal_handling_examples() -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Seed 004: a library's private namespace (autoform's PYTREE_NAMESPACE), with oxtree.
+# A library's private namespace (autoform's PYTREE_NAMESPACE), with oxtree.
 
 PYTREE_NAMESPACE = "autoform-test"
 
@@ -2098,7 +2098,7 @@ def af_format(template: str, *args: Any) -> str:
     return template.format(*args)
 
 
-def test_seed_004_dataclass_in_the_namespace(reg: Registrations) -> None:
+def test_private_namespace_dataclass_in_the_namespace(reg: Registrations) -> None:
     @odc.dataclass(namespace=PYTREE_NAMESPACE)
     class State:
         topic: str
@@ -2114,7 +2114,7 @@ def test_seed_004_dataclass_in_the_namespace(reg: Registrations) -> None:
     assert oxtree.tree_leaves(state, namespace=PYTREE_NAMESPACE) == ["dna", "short"]
 
 
-def test_seed_004_static_metadata_fields(reg: Registrations) -> None:
+def test_private_namespace_static_metadata_fields(reg: Registrations) -> None:
     @odc.dataclass(namespace=PYTREE_NAMESPACE)
     class F32Array:
         values: tuple[float, ...]
@@ -2134,7 +2134,7 @@ def test_seed_004_static_metadata_fields(reg: Registrations) -> None:
     assert oxtree.tree_structure(other, namespace=PYTREE_NAMESPACE) != spec
 
 
-def test_seed_004_manual_registration_in_the_namespace(reg: Registrations) -> None:
+def test_private_namespace_manual_registration_in_the_namespace(reg: Registrations) -> None:
     class State:
         def __init__(self, topic: str, draft: str) -> None:
             self.topic = topic
@@ -2157,7 +2157,7 @@ def test_seed_004_manual_registration_in_the_namespace(reg: Registrations) -> No
     assert oxtree.tree_leaves(state) == [state]
 
 
-def test_seed_004_method_bearing_dataclass(reg: Registrations) -> None:
+def test_private_namespace_method_bearing_dataclass(reg: Registrations) -> None:
     @odc.dataclass(namespace=PYTREE_NAMESPACE)
     class Explainer:
         instruction: str
@@ -2181,7 +2181,7 @@ def test_seed_004_method_bearing_dataclass(reg: Registrations) -> None:
     assert pairs.style == ("terse", "too terse")
 
 
-def test_seed_004_while_loop_carry_structure(reg: Registrations) -> None:
+def test_private_namespace_while_loop_carry_structure(reg: Registrations) -> None:
     @odc.dataclass(namespace=PYTREE_NAMESPACE)
     class Carry:
         step: Any

@@ -1024,10 +1024,10 @@ def test_partial_in_a_bigger_tree_agrees() -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Seed examples run with each library.
+# JAX's "Custom pytree nodes" examples run with each library.
 
 
-def test_seed_001_special_with_each_library() -> None:
+def test_custom_nodes_page_special_with_each_library() -> None:
     def make() -> type:
         class RegisteredSpecial:
             def __init__(self, x: Any, y: Any) -> None:
@@ -1054,7 +1054,7 @@ def test_seed_001_special_with_each_library() -> None:
     assert outputs == ["[RegisteredSpecial(x=1, y=2), RegisteredSpecial(x=3, y=5)]"] * 3
 
 
-def test_seed_001_dataclass_container_with_jax() -> None:
+def test_custom_nodes_page_dataclass_container_with_jax() -> None:
     def make(register: Callable[..., Any]) -> type:
         @functools.partial(register, data_fields=["a", "b", "c"], meta_fields=["name"])
         @dataclasses.dataclass

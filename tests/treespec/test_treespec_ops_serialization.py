@@ -566,6 +566,27 @@ BAD_STATES: dict[str, Any] = {
     "deque-maxlen-too-small": state(L, L, node(9, 2, data=1)),
     "deque-maxlen-string": state(L, node(9, 1, data="3")),
     "deque-maxlen-float": state(L, node(9, 1, data=2.0)),
+    # Fields a node of its kind does not have.
+    "deque-with-keys": state(L, node(9, 1, keys=("a",))),
+    "namedtuple-with-keys": state(L, L, node(6, 2, data=Coord, keys=("x", "y"))),
+    "tuple-naming-a-type": state(L, node(3, 1, custom=tuple)),
+    "dict-naming-a-type": state(L, node(5, 1, keys=("a",), custom=dict)),
+    # Dict key orders no walk makes: an insertion order equal to the sorted one (a walk
+    # records none), one on a JAX treedef (JAX sorts), and a walk in and out of optree's
+    # dict_insertion_ordered mode at once (keys kept unsorted beside keys sorted apart).
+    "dict-identity-insertion": state(L, L, node(5, 2, keys=("a", "b"), insertion=(0, 1))),
+    "jax-face-dict-insertion": state(
+        L, L, node(5, 2, keys=("a", "b"), insertion=(1, 0)), face="jax"
+    ),
+    "dict-modes-mixed": state(
+        L,
+        L,
+        node(5, 2, keys=("b", "a")),
+        L,
+        L,
+        node(5, 2, keys=("a", "b"), insertion=(1, 0)),
+        node(3, 2),
+    ),
     # Custom nodes.
     "custom-without-type": state(node(0, 0)),
     "custom-type-not-a-type": state(node(0, 0, custom="Crate")),

@@ -1,7 +1,9 @@
 """Runs JAX's own ``tests/tree_util_test.py`` against oxtree's JAX face and scores it.
 
-The test file is read from a snapshot of the jax repository (it is not on PyPI, and it is
-never copied into this repository) into a temporary directory, and run twice with pytest
+The test file is read from a snapshot of the jax repository, a bare or normal git clone of
+github.com/jax-ml/jax (it is not on PyPI, and it is never copied into this repository;
+``git clone --bare https://github.com/jax-ml/jax .compat/jax`` makes one where ``--snapshot``
+looks by default), into a temporary directory, and run twice with pytest
 under this interpreter: once as it is, against the installed jax (which tests pass on JAX
 itself: those are the scored tests), and once with ``jax.tree_util`` / ``jax.tree``
 presented as ``oxtree.tree_util`` / ``oxtree.tree`` (see ``plugin.py``). The last line is
@@ -29,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-SNAPSHOT = Path("/work/.mirror/jax-ml+jax/repo")
+# The default snapshot: .compat/jax in this clone (git-ignored), what `make compat-jax` uses
+# unless JAX_SNAPSHOT says otherwise.
+SNAPSHOT = HERE.parent.parent / ".compat" / "jax"
 TEST_PATH = "tests/tree_util_test.py"
 BAR = 99.0
 

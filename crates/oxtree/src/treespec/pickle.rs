@@ -5,8 +5,10 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyList, PyTuple, PyType};
 
-use super::{Face, Node, PyTreeSpec};
-use crate::errors::{Invariant, TreeError};
+use super::{Node, PyTreeSpec};
+use crate::errors::TreeError;
+use crate::face::Face;
+use crate::invariant::Invariant;
 use crate::kind::Kind;
 use crate::registry;
 use crate::types;
@@ -161,6 +163,11 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
     // (num_leaves, num_nodes) of each completed subtree not yet claimed by a parent.
     let mut pending: Vec<(usize, usize)> = Vec::new();
     let mut nodes = super::Nodes::with_capacity(raw.len());
+    // The first dict node whose keys are sorted apart from their insertion order, and the
+    // first whose keys are in insertion order and do not sort: a walk makes one or the other
+    // (optree's `dict_insertion_ordered` mode is per walk), so a state with both would not
+    // re-flatten to itself.
+    let (mut sorted_at, mut insertion_ordered_at) = (None, None);
     for (i, item) in raw.iter().enumerate() {
         let mut node_entries: Option<Py<PyTuple>> = None;
         let t = item
@@ -188,6 +195,12 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
             )));
         }
         let custom_type = t.get_item(5)?;
+        if kind != Kind::Custom && !custom_type.is_none() {
+            return Err(bad(format!("node {i}: only a custom node names a type")));
+        }
+        if keys.is_some() && !matches!(kind, Kind::Dict | Kind::OrderedDict | Kind::DefaultDict) {
+            return Err(bad(format!("node {i}: only mapping nodes have keys")));
+        }
         let entries = t.get_item(6)?;
         if !entries.is_none() {
             let e = entries
@@ -213,7 +226,6 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
                 if (matches!(kind, Kind::Leaf | Kind::None) && arity != 0)
                     || (kind == Kind::None && none_is_leaf)
                     || !data_none
-                    || keys.is_some()
                 {
                     return Err(bad(format!("node {i}: malformed {kind:?} node")));
                 }
@@ -227,24 +239,42 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
                         k.len()
                     )));
                 }
-                // Keys must be distinct and hashable. A dict or defaultdict that keeps its
-                // insertion order apart has its keys sorted (or in insertion order when they do
-                // not sort); one without it was flattened in optree's `dict_insertion_ordered`
-                // mode, its keys in insertion order, or has sorted keys: any order then, but
-                // JAX's treedefs always sort.
+                // Keys must be distinct and hashable, and in the order a walk gives them: an
+                // OrderedDict's own order; a dict's or defaultdict's sorted order, the
+                // insertion order recorded apart (a permutation other than the identity; JAX's
+                // treedefs keep none and always sort); or, with no insertion order recorded,
+                // any order: what a walk in optree's `dict_insertion_ordered` mode makes (such
+                // a state re-flattens to itself in that mode, and loads outside it, as
+                // optree's do).
                 let distinct = pyo3::types::PySet::new(py, k.iter())
                     .map_err(|_| bad(format!("node {i}: dict keys must be hashable")))?;
                 if distinct.len() != arity {
                     return Err(bad(format!("node {i}: repeated dict keys")));
                 }
-                if kind != Kind::OrderedDict
-                    && arity > 1
-                    && (insertion.is_some() || face == Face::Jax)
-                {
-                    let sorted = super::flatten::sort_keys(&k, false)?;
-                    let same = sorted.iter().zip(k.iter()).all(|(a, b)| a.is(&b));
-                    if !same {
-                        return Err(bad(format!("node {i}: dict keys are not in sorted order")));
+                if kind != Kind::OrderedDict && arity > 1 {
+                    if insertion.is_some() && face == Face::Jax {
+                        return Err(bad(format!(
+                            "node {i}: a JAX treedef records no insertion order"
+                        )));
+                    }
+                    let sorted = super::dict_order::sort_keys(&k, face == Face::Jax)
+                        .map_err(|_| bad(format!("node {i}: dict keys do not sort")))?;
+                    if !sorted.iter().zip(k.iter()).all(|(a, b)| a.is(&b)) {
+                        if insertion.is_some() || face == Face::Jax {
+                            return Err(bad(format!(
+                                "node {i}: dict keys are not in sorted order"
+                            )));
+                        }
+                        insertion_ordered_at.get_or_insert(i);
+                    }
+                    if insertion.is_some() {
+                        sorted_at.get_or_insert(i);
+                    }
+                    if let (Some(a), Some(b)) = (sorted_at, insertion_ordered_at) {
+                        return Err(bad(format!(
+                            "node {a} sorts its dict keys and node {b} keeps them in insertion \
+                             order (dict_insertion_ordered mode): one walk makes only one of these"
+                        )));
                     }
                 }
                 if let Some(order) = &insertion {
@@ -257,6 +287,11 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
                     if !is_permutation {
                         return Err(bad(format!(
                             "node {i}: the insertion order is not a permutation of the keys"
+                        )));
+                    }
+                    if order.iter().enumerate().all(|(j, &p)| j == p) {
+                        return Err(bad(format!(
+                            "node {i}: an insertion order equal to the sorted order is not recorded"
                         )));
                     }
                 }

@@ -4,10 +4,13 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use super::{Face, Node, PyTreeSpec};
-use crate::errors::{type_name, Invariant, TreeError};
+use super::{Node, PyTreeSpec};
+use crate::errors::{type_name, TreeError};
+use crate::face::Face;
+use crate::invariant::Invariant;
 
 const LEAVES_COUNTED: &str = "the treespec has fewer leaf nodes than its leaf count";
+use crate::containers::{list_from, tuple_from};
 use crate::kind::Kind;
 use crate::spare::{self, Slot};
 use crate::types;
@@ -276,7 +279,7 @@ fn build_values<'py>(
                             // JAX hands a namedtuple's class to walk's f_node.
                             node.kept(py)?.clone()
                         } else {
-                            let data = super::ops::jax_node_data(py, node)?;
+                            let data = super::node_data::jax_node_data(py, node)?;
                             if data.is_none() {
                                 data
                             } else {
@@ -299,7 +302,7 @@ fn build_values<'py>(
                 match f_node {
                     Some(f) => {
                         let ty = node.py_type(py).unwrap_or_else(|| py.None().into_bound(py));
-                        f.call1((ty, super::ops::node_data(py, node)?, children))?
+                        f.call1((ty, super::node_data::node_data(py, node)?, children))?
                     }
                     None => rebuild(
                         py,
@@ -398,22 +401,6 @@ fn namedtuple_from_top<'py>(
         }
         _ => ty.call1(seq_from_top(ty.py(), stack, n, false)?.cast_into::<PyTuple>()?),
     }
-}
-
-/// A new tuple that takes over the references of `items`.
-pub fn tuple_from<'py>(
-    py: Python<'py>,
-    items: impl ExactSizeIterator<Item = Bound<'py, PyAny>>,
-) -> PyResult<Bound<'py, PyTuple>> {
-    crate::ffi::tuple_from(py, items)
-}
-
-/// A new list that takes over the references of `items`.
-pub fn list_from<'py>(
-    py: Python<'py>,
-    items: impl ExactSizeIterator<Item = Bound<'py, PyAny>>,
-) -> PyResult<Bound<'py, PyList>> {
-    crate::ffi::list_from(py, items)
 }
 
 /// Fills a mapping in the original dict's order. Children come in leaf (sorted) order; when

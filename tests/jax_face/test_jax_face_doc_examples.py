@@ -1,15 +1,15 @@
 """The examples of JAX's own pytree documentation, run with jax and with oxtree's JAX face.
 
-The seeds are `/work/shared/seeds/000_*.txt` (JAX pytrees, older docs) and `001_*.txt` (JAX custom
-pytree nodes, current docs). Each example is a function of a module pair `(tree_util, tree)`: it
-runs once with `(jax.tree_util, jax.tree)` and once with `(oxtree.tree_util, oxtree.tree)`, and
-everything it prints (including the type of each exception an example expects) must be identical.
-Live jax is the reference, so where the seeds' printed text is older than jax 0.10.2 the comparison
+The examples come from two pages of JAX's documentation: "Pytrees" (an older version of the
+page) and "Custom pytree nodes" (the current one). Each example is a function of a module pair
+`(tree_util, tree)`: it runs once with `(jax.tree_util, jax.tree)` and once with
+`(oxtree.tree_util, oxtree.tree)`, and everything it prints (including the type of each exception an example expects) must be identical.
+Live jax is the reference, so where the pages' printed text is older than jax 0.10.2 the comparison
 follows today's jax.
 
 Every example defines its classes inside the function: registrations are global and permanent in
 jax, so each run registers fresh class objects (with the same names, so printed output matches).
-The `jax.jit` / `jax.vmap` / `jax.jacobian` parts of the seeds are JAX internals and are left out;
+The `jax.jit` / `jax.vmap` / `jax.jacobian` parts of the pages are JAX internals and are left out;
 the pure tree functions they rely on are exercised instead.
 """
 
@@ -65,11 +65,11 @@ def print_raised(thunk: Callable[[], Any], *, message: bool = False) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Seed 000: JAX pytrees (older docs).
+# JAX's "Pytrees" page (an older version).
 
 
 @example
-def seed000_example_pytrees_and_leaf_counts(tree_util: Any, tree: Any) -> None:
+def pytrees_page_example_pytrees_and_leaf_counts(tree_util: Any, tree: Any) -> None:
     marker = object()
     pytrees = [
         [1, "a", marker],  # 3 leaves
@@ -83,7 +83,7 @@ def seed000_example_pytrees_and_leaf_counts(tree_util: Any, tree: Any) -> None:
 
 
 @example
-def seed000_flatten_unflatten(tree_util: Any, tree: Any) -> None:
+def pytrees_page_flatten_unflatten(tree_util: Any, tree: Any) -> None:
     tree_flatten, tree_unflatten = tree_util.tree_flatten, tree_util.tree_unflatten
     # The structured value to be transformed
     value_structured = [1.0, (2.0, 3.0)]
@@ -105,7 +105,7 @@ def show_example_000(tree_util: Any, structured: Any) -> None:
 
 
 @example
-def seed000_show_example_containers(tree_util: Any, tree: Any) -> None:
+def pytrees_page_show_example_containers(tree_util: Any, tree: Any) -> None:
     Point = namedtuple("Point", ["x", "y"])
     example_containers = [
         (1.0, [2.0, 3.0]),
@@ -120,7 +120,7 @@ def seed000_show_example_containers(tree_util: Any, tree: Any) -> None:
 
 
 @example
-def seed000_special_is_a_leaf(tree_util: Any, tree: Any) -> None:
+def pytrees_page_special_is_a_leaf(tree_util: Any, tree: Any) -> None:
     class Special:
         def __init__(self, x: Any, y: Any) -> None:
             self.x = x
@@ -133,7 +133,7 @@ def seed000_special_is_a_leaf(tree_util: Any, tree: Any) -> None:
 
 
 @example
-def seed000_registered_special(tree_util: Any, tree: Any) -> None:
+def pytrees_page_registered_special(tree_util: Any, tree: Any) -> None:
     class Special:
         def __init__(self, x: Any, y: Any) -> None:
             self.x = x
@@ -161,7 +161,7 @@ def seed000_registered_special(tree_util: Any, tree: Any) -> None:
 
 
 @example
-def seed000_in_axes_prefix_tree(tree_util: Any, tree: Any) -> None:
+def pytrees_page_in_axes_prefix_tree(tree_util: Any, tree: Any) -> None:
     a1, a2, a3 = np.zeros(2), np.ones(3), np.arange(4)
     args = (a1, {"k1": a2, "k2": a3})
     for in_axes in [(None, {"k1": None, "k2": 0}), (None, 0), 0]:
@@ -182,11 +182,11 @@ def seed000_in_axes_prefix_tree(tree_util: Any, tree: Any) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Seed 001: JAX custom pytree nodes (current docs).
+# JAX's "Custom pytree nodes" page (current).
 
 
 def _fresh_special() -> type:
-    """The seed's `Special`: no __repr__ (its default repr holds an address, not printed)."""
+    """The page's `Special`: no __repr__ (its default repr holds an address, not printed)."""
 
     class Special:
         def __init__(self, x: Any, y: Any) -> None:
@@ -197,7 +197,7 @@ def _fresh_special() -> type:
 
 
 @example
-def seed001_special_leaves(tree_util: Any, tree: Any) -> None:
+def custom_nodes_page_special_leaves(tree_util: Any, tree: Any) -> None:
     Special = _fresh_special()
     specials = [Special(0, 1), Special(2, 4)]
     leaves = tree.leaves(specials)
@@ -207,7 +207,7 @@ def seed001_special_leaves(tree_util: Any, tree: Any) -> None:
 
 
 @example
-def seed001_map_over_unregistered_special_raises(tree_util: Any, tree: Any) -> None:
+def custom_nodes_page_map_over_unregistered_special_raises(tree_util: Any, tree: Any) -> None:
     Special = _fresh_special()
     # The error comes from `x + 1` itself: same type and same message.
     print_raised(lambda: tree.map(lambda x: x + 1, [Special(0, 1), Special(2, 4)]), message=True)
@@ -215,7 +215,7 @@ def seed001_map_over_unregistered_special_raises(tree_util: Any, tree: Any) -> N
 
 
 @example
-def seed001_register_pytree_node(tree_util: Any, tree: Any) -> None:
+def custom_nodes_page_register_pytree_node(tree_util: Any, tree: Any) -> None:
     Special = _fresh_special()
 
     class RegisteredSpecial(Special):  # type: ignore[valid-type, misc]
@@ -238,7 +238,7 @@ def seed001_register_pytree_node(tree_util: Any, tree: Any) -> None:
 
 
 @example
-def seed001_register_pytree_node_class(tree_util: Any, tree: Any) -> None:
+def custom_nodes_page_register_pytree_node_class(tree_util: Any, tree: Any) -> None:
     Special = _fresh_special()
 
     @tree_util.register_pytree_node_class
@@ -268,7 +268,7 @@ def seed001_register_pytree_node_class(tree_util: Any, tree: Any) -> None:
 
 
 @example
-def seed001_namedtuple_string_field_is_a_leaf(tree_util: Any, tree: Any) -> None:
+def custom_nodes_page_namedtuple_string_field_is_a_leaf(tree_util: Any, tree: Any) -> None:
     class MyOtherContainer(typing.NamedTuple):
         name: str
         a: Any
@@ -284,7 +284,7 @@ def seed001_namedtuple_string_field_is_a_leaf(tree_util: Any, tree: Any) -> None
 
 
 @example
-def seed001_register_dataclass_with_meta_fields(tree_util: Any, tree: Any) -> None:
+def custom_nodes_page_register_dataclass_with_meta_fields(tree_util: Any, tree: Any) -> None:
     @functools.partial(
         tree_util.register_dataclass, data_fields=["a", "b", "c"], meta_fields=["name"]
     )
@@ -323,7 +323,7 @@ def _fresh_mytree(register: Callable[..., Any]) -> type:
 
 
 @example
-def seed001_init_with_unexpected_values(tree_util: Any, tree: Any) -> None:
+def custom_nodes_page_init_with_unexpected_values(tree_util: Any, tree: Any) -> None:
     MyTree = _fresh_mytree(tree_util.register_pytree_node)
     t = MyTree(jnp.arange(5.0))
     print(tree.structure(t), tree.leaves(t))
@@ -336,7 +336,7 @@ def seed001_init_with_unexpected_values(tree_util: Any, tree: Any) -> None:
 
 
 @example
-def seed001_solution_1_init_tolerates_placeholders(tree_util: Any, tree: Any) -> None:
+def custom_nodes_page_solution_1_init_tolerates_placeholders(tree_util: Any, tree: Any) -> None:
     class MyTree:
         def __init__(self, a: Any) -> None:
             if not (type(a) is object or a is None or isinstance(a, MyTree)):
@@ -350,7 +350,7 @@ def seed001_solution_1_init_tolerates_placeholders(tree_util: Any, tree: Any) ->
 
 
 @example
-def seed001_solution_2_unflatten_avoids_init(tree_util: Any, tree: Any) -> None:
+def custom_nodes_page_solution_2_unflatten_avoids_init(tree_util: Any, tree: Any) -> None:
     class MyTree:
         def __init__(self, a: Any) -> None:
             self.a = jnp.asarray(a)
@@ -371,7 +371,7 @@ def seed001_solution_2_unflatten_avoids_init(tree_util: Any, tree: Any) -> None:
 
 
 @example
-def seed001_flatten_unflatten(tree_util: Any, tree: Any) -> None:
+def custom_nodes_page_flatten_unflatten(tree_util: Any, tree: Any) -> None:
     tree_flatten, tree_unflatten = tree_util.tree_flatten, tree_util.tree_unflatten
     value_structured = [1.0, (2.0, 3.0)]
     value_flat, value_tree = tree_flatten(value_structured)
@@ -383,7 +383,7 @@ def seed001_flatten_unflatten(tree_util: Any, tree: Any) -> None:
 
 
 @example
-def seed001_show_example_containers(tree_util: Any, tree: Any) -> None:
+def custom_nodes_page_show_example_containers(tree_util: Any, tree: Any) -> None:
     Point = namedtuple("Point", ["x", "y"])
     example_containers = [
         (1.0, [2.0, 3.0]),
@@ -416,15 +416,15 @@ def test_example_prints_the_same(name: str) -> None:
     assert actual == expected
 
 
-# The seeds' own printed text, where it is still what jax 0.10.2 prints.
-SEED_001_FLATTEN_OUTPUT = """\
+# The pages' own printed text, where it is still what jax 0.10.2 prints.
+CUSTOM_NODES_FLATTEN_OUTPUT = """\
 value_flat=[1.0, 2.0, 3.0]
 value_tree=PyTreeDef([*, (*, *)])
 transformed_flat=[2.0, 4.0, 6.0]
 transformed_structured=[2.0, (4.0, 6.0)]
 """
 
-SEED_001_SHOW_EXAMPLE_OUTPUT = """\
+CUSTOM_NODES_SHOW_EXAMPLE_OUTPUT = """\
 structured=(1.0, [2.0, 3.0])
   flat=[1.0, 2.0, 3.0]
   tree=PyTreeDef((*, [*, *]))
@@ -455,22 +455,25 @@ structured=Point(x=1.0, y=2.0)
 @pytest.mark.parametrize(
     ("name", "text"),
     [
-        ("seed001_flatten_unflatten", SEED_001_FLATTEN_OUTPUT),
-        ("seed001_show_example_containers", SEED_001_SHOW_EXAMPLE_OUTPUT),
+        ("custom_nodes_page_flatten_unflatten", CUSTOM_NODES_FLATTEN_OUTPUT),
+        ("custom_nodes_page_show_example_containers", CUSTOM_NODES_SHOW_EXAMPLE_OUTPUT),
     ],
 )
-def test_seed_text_is_still_current(name: str, text: str) -> None:
+def test_doc_page_text_is_still_current(name: str, text: str) -> None:
     assert capture(EXAMPLES[name], JAX) == text
     assert capture(EXAMPLES[name], OX) == text
 
 
-def test_registered_special_leaves_and_map_as_in_seed_001() -> None:
-    """The seed's printed results of mapping over registered nodes and of a NamedTuple's leaves."""
-    outputs = [capture(EXAMPLES["seed001_register_pytree_node"], mods) for mods in (JAX, OX)]
+def test_registered_special_leaves_and_map_as_in_the_custom_nodes_page() -> None:
+    """The page's printed results of mapping over registered nodes and of a NamedTuple's leaves."""
+    outputs = [
+        capture(EXAMPLES["custom_nodes_page_register_pytree_node"], mods) for mods in (JAX, OX)
+    ]
     for out in outputs:
         assert out.splitlines()[0] == "[RegisteredSpecial(x=1, y=2), RegisteredSpecial(x=3, y=5)]"
     outputs = [
-        capture(EXAMPLES["seed001_namedtuple_string_field_is_a_leaf"], mods) for mods in (JAX, OX)
+        capture(EXAMPLES["custom_nodes_page_namedtuple_string_field_is_a_leaf"], mods)
+        for mods in (JAX, OX)
     ]
     for out in outputs:
         assert out.splitlines()[0] == "['Alice', 1, 2, 3, 'Bob', 4, 5, 6]"

@@ -11,21 +11,30 @@ repeated objects, wherever it appears, and unfolded at its first place only.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from treescope import formatting_util, rendering_parts
 
+from oxtree._arrays import is_shaped
 from oxtree.graph import graph_flatten
-from oxtree.module import Kind, Module, _is_array, _leaf_kinds
+from oxtree.module._layout import Kind
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # Module imports this module (lazily); the reverse is for type checkers only
+    from oxtree.module._module import Module
+
+# ``kinds_of(module, graphdef)``: the kind of the attribute each graph leaf lies under.
+KindsOf = Callable[[Any, Any], "list[Kind | None]"]
 
 
-def _count(m: Module) -> str:
+def _count(m: Module, kinds_of: KindsOf) -> str:
     """``Param: 6 (24 B), State: 1 (4 B)``: the elements and bytes of the array leaves of
     ``m``'s graph (each shared leaf once), by kind; empty when it has no array leaf."""
     leaves, graphdef = graph_flatten(m, none_is_leaf=True)
     totals: dict[Kind, list[int]] = {}
-    for kind, leaf in zip(_leaf_kinds(m, graphdef), leaves, strict=True):
-        if kind is None or not _is_array(leaf):
+    for kind, leaf in zip(kinds_of(m, graphdef), leaves, strict=True):
+        if kind is None or not is_shaped(leaf):
             continue
         size = math.prod(leaf.shape)
         entry = totals.setdefault(kind, [0, 0])
@@ -60,8 +69,9 @@ def _seen_before(m: Module) -> bool:
         return False
 
 
-def render(m: Module, path: str | None, subtree_renderer: Any) -> Any:
-    """The treescope rendering of ``m``: see the module docstring."""
+def render(m: Module, path: str | None, subtree_renderer: Any, kinds_of: KindsOf) -> Any:
+    """The treescope rendering of ``m``: see the module docstring. ``kinds_of`` is the
+    Module's ``_leaf_kinds``, passed in so that this module need not import the Module's."""
     layout = m._oxtree_def.layout
     state = vars(m)
     names = [n for n in layout.names if n in state]
@@ -85,7 +95,7 @@ def render(m: Module, path: str | None, subtree_renderer: Any) -> Any:
                 comma,
             )
         )
-    count = _count(m)
+    count = _count(m, kinds_of)
     return rendering_parts.build_foldable_tree_node_from_children(
         prefix=rendering_parts.siblings(rendering_parts.maybe_qualified_type_name(type(m)), "("),
         children=children,

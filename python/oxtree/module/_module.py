@@ -1,308 +1,53 @@
-"""Modules: classes whose instances are pytrees, with no registration call.
-
-A :class:`Module` subclass is registered as a pytree node when it is defined. Each attribute
-has a :class:`Kind`: ``PARAMETER`` and ``STATE`` attributes hold the leaves, ``MODULE``
-attributes hold submodules (flattened in turn), and every other attribute (``OTHERS``) is
-configuration kept in the treedef. Kinds come from ``register_parameter`` /
-``register_state`` / ``register_module``, from annotations (``weight: Parameter``), or, for a
-Module (or a list, tuple or dict of Modules) assigned to an attribute, by themselves; a pytree
-that JAX registers and oxtree does not (an equinox module, a flax struct, an NNX State)
-assigned to an attribute is a ``PARAMETER`` by itself, its arrays the module's leaves to JAX,
-to ``oxtree.jax`` and to the module's methods.
-
->>> import oxtree
->>> class Counter(Module):
-...     def __init__(self, step):
-...         self.step = step                      # OTHERS: configuration
-...         self.register_state('count', 0)
-...         self.register_parameter('bias', 0.5)
->>> c = Counter(step=2)
->>> oxtree.tree_leaves(c)
-[0, 0.5]
->>> dict(c.name_to_kind)
-{'count': <Kind.STATE: 'state'>, 'bias': <Kind.PARAMETER: 'parameter'>}
->>> d = oxtree.tree_map(lambda x: x + 1, c)      # same class and config, no __init__ call
->>> type(d).__name__, d.count, d.bias, d.step
-('Counter', 1, 1.5, 2)
->>> oxtree.tree_structure(Counter(2)) == oxtree.tree_structure(Counter(3))
-False
-"""
+"""The :class:`Module` base class: its oxtree node hooks (one flatten for every module class,
+one unflatten per class, both handed to the core), its registration with oxtree and JAX, its
+functional updates and the kind of the attribute each leaf lies under."""
 
 from __future__ import annotations
 
-import enum
-import functools
-import operator
-import re
-import sys
-import typing
 from collections.abc import Callable, Iterator, Mapping
-from types import MappingProxyType
-from typing import Annotated, Any, Self, TypeVar
+from typing import Any, Self, TypeVar
 
 from oxtree import _jax_hook
+from oxtree._arrays import is_array, is_shaped
 from oxtree._core import (
     GetAttrKey,
-    PathPattern,
-    PyTreeKind,
-    _node_kind,
     _set_module_hooks,
-    _tree_flatten_jax_registry,
-    graph_flatten,
     graph_unflatten,
+    keystr,
     register_pytree_node,
-    registered_types,
     tree_leaves,
     tree_map,
 )
+from oxtree.module._filters import All, _Leaves
+from oxtree.module._jax_view import (
+    _NOT_JAX_NODES,
+    _graph_children,
+    _graph_children_with_keys,
+    _graph_rebuild,
+    _holds_jax_nodes,
+    _keyed_graph,
+    _module_graph,
+    _nones,
+)
+from oxtree.module._layout import (
+    _EMPTY,
+    _MISSING,
+    Kind,
+    _annotation_kind,
+    _Layout,
+    _ModuleDef,
+    _static_key,
+)
 
-# The names `oxtree` itself re-exports. ModulePath and the filters (OfKind, OfType,
-# PathContains, All, AnyOf, Not) are public here, in `oxtree.module`, only.
-__all__ = ["Kind", "Module", "Parameter", "State"]
-
-_T = TypeVar("_T")
 _M = TypeVar("_M", bound="Module")
 
 # Registrations waiting for `import jax` to finish (oxtree._jax_hook's list itself): what
 # `Module.__new__` checks, at the cost it always had.
 _PENDING_JAX = _jax_hook.PENDING
 
-
-class Kind(enum.Enum):
-    """The kind of a module attribute.
-
-    ``PARAMETER`` (trainable) and ``STATE`` (not trainable) attributes hold leaves,
-    ``MODULE`` attributes hold submodules, ``OTHERS`` (the default for anything unregistered)
-    is static configuration kept in the treedef.
-
-    Kinds are open: :meth:`define` makes a new one (batch statistics, a cache, ...) whose
-    attributes hold leaves, as ``STATE``'s do; register them with :meth:`Module.register_kind`
-    or annotate them ``Annotated[T, kind]``, and pick them out with :meth:`Module.select`.
-
-    >>> Kind.PARAMETER, Kind('state')
-    (<Kind.PARAMETER: 'parameter'>, <Kind.STATE: 'state'>)
-    >>> Kind.define('batch_stats'), Kind('batch_stats') is Kind.define('batch_stats')
-    (<Kind.BATCH_STATS: 'batch_stats'>, True)
-    """
-
-    PARAMETER = "parameter"
-    STATE = "state"
-    MODULE = "module"
-    OTHERS = "others"
-
-    @classmethod
-    def define(cls, name: str) -> Kind:
-        """The kind named ``name`` (an identifier), made on first use; ``Kind(name)`` finds
-        it afterwards (and in a pickle's loading process once defined there)."""
-        if not isinstance(name, str) or not name.isidentifier():
-            raise TypeError(f"Kind.define expects an identifier, got {name!r}")
-        known = cls._value2member_map_.get(name)
-        if known is not None:
-            return known  # type: ignore[return-value]
-        kind = object.__new__(cls)
-        kind._value_ = name
-        kind._name_ = name.upper()
-        kind._sort_order_ = len(cls._value2member_map_)  # type: ignore[attr-defined]
-        cls._value2member_map_[name] = kind
-        return kind
-
-
-# Annotation markers. An alias has no docstring syntax, so each gets its ``__doc__`` set, and
-# its ``__module__`` (from 3.12 on an alias says ``typing``; documentation tools, doctest
-# included, then skip it as not defined here).
-Parameter = Annotated[_T, Kind.PARAMETER]
-Parameter.__doc__ = """Marks a parameter field: ``weight: Parameter`` or ``Parameter[float]``.
-
-A parameter (trainable) attribute holds leaves, as if set with ``register_parameter``.
-
->>> import oxtree
->>> class Scale(Module):
-...     factor: Parameter[float]
-...     def __init__(self, factor):
-...         self.factor = factor
->>> s = Scale(2.0)
->>> dict(s.name_to_kind), oxtree.tree_leaves(s)
-({'factor': <Kind.PARAMETER: 'parameter'>}, [2.0])
-"""
-Parameter.__module__ = __name__
-State = Annotated[_T, Kind.STATE]
-State.__doc__ = """Marks a state field: ``count: State`` or ``State[int]``.
-
-A state (not trainable) attribute holds leaves, as if set with ``register_state``.
-
->>> import oxtree
->>> class Counter(Module):
-...     count: State[int]
-...     def __init__(self):
-...         self.count = 0
->>> c = Counter()
->>> dict(c.name_to_kind), oxtree.tree_map(lambda n: n + 1, c).count
-({'count': <Kind.STATE: 'state'>}, 1)
-"""
-State.__module__ = __name__
-
-
-# --------------------------------------------------------------------------------------------
-# The static part of a module: its layout (which attribute has which kind) and its
-# configuration, together its aux data. Both are immutable and shared between a module and
-# its tree_map copies; a module holds its aux data in one slot.
-# --------------------------------------------------------------------------------------------
-
-
-class _Layout:
-    """The tree attributes of a module, in registration order, with their kinds."""
-
-    __slots__ = (
-        "_hash",
-        "keys",
-        "kinds",
-        "name_to_kind",
-        "names",
-        "stale",
-        "values_of",
-    )
-
-    def __init__(self, items: tuple[tuple[str, Kind], ...]) -> None:
-        self.names: tuple[str, ...] = tuple(n for n, _ in items)
-        self.kinds: tuple[Kind, ...] = tuple(k for _, k in items)
-        self.name_to_kind: Mapping[str, Kind] = MappingProxyType(dict(items))
-        self.keys = tuple(GetAttrKey(n) for n in self.names)
-        self._hash = hash((self.names, self.kinds))
-        # The children of a module, read from its __dict__ by one C call.
-        if len(self.names) >= 2:
-            self.values_of: Callable[[dict[str, Any]], tuple[Any, ...]] = operator.itemgetter(
-                *self.names
-            )
-        elif self.names:
-            name = self.names[0]
-            self.values_of = lambda d: (d[name],)
-        else:
-            self.values_of = lambda d: ()
-        # The aux data of a module with this layout whose configuration must be read again.
-        self.stale = _ModuleDef(self, None)
-
-    def with_kind(self, name: str, kind: Kind) -> _Layout:
-        return _Layout((*self.items(), (name, kind)))
-
-    def without(self, name: str) -> _Layout:
-        return _Layout(tuple(item for item in self.items() if item[0] != name))
-
-    def items(self) -> Iterator[tuple[str, Kind]]:
-        return zip(self.names, self.kinds, strict=True)
-
-    def __eq__(self, other: object) -> bool:
-        return self is other or (
-            isinstance(other, _Layout) and self.names == other.names and self.kinds == other.kinds
-        )
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_Layout, (tuple(self.items()),))
-
-    def __repr__(self) -> str:
-        return ", ".join(f"{n}: {k.name}" for n, k in self.items())
-
-
-class _Identity:
-    """An unhashable configuration value, compared by identity."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Identity) and self.value is other.value
-
-    def __hash__(self) -> int:
-        return id(self.value)
-
-
-def _is_array(value: Any) -> bool:
-    return getattr(value, "shape", None) is not None and getattr(value, "dtype", None) is not None
-
-
-def _static_key(value: Any, where: Callable[[], str]) -> Any:
-    """A hashable stand-in for a configuration value, equal for equal configurations.
-
-    Hashable values stand for themselves; lists, tuples, dicts and sets holding unhashable
-    values compare by content; arrays are refused (they belong in the leaves); anything else
-    compares by identity.
-    """
-    try:
-        hash(value)
-    except TypeError:
-        pass
-    else:
-        return value
-    if isinstance(value, list | tuple):
-        return (type(value), tuple(_static_key(v, where) for v in value))
-    if isinstance(value, dict):
-        return (type(value), tuple((k, _static_key(v, where)) for k, v in value.items()))
-    if isinstance(value, set):
-        return (set, frozenset(value))
-    if _is_array(value):
-        raise TypeError(
-            f"{where()} holds an array ({value.dtype}{list(value.shape)}) but is not registered, "
-            "so it would be static configuration in the treedef. Register it with "
-            "register_parameter or register_state (or annotate it Parameter or State)."
-        )
-    return _Identity(value)
-
-
-class _ModuleDef:
-    """A module's aux data: its layout and its configuration, the ``OTHERS`` attributes
-    sorted by name (None in a layout's ``stale`` instance: read them from the module).
-    """
-
-    __slots__ = ("_hash", "_key", "keys", "layout", "names", "others", "values_of")
-
-    def __init__(
-        self, layout: _Layout, others: dict[str, Any] | None, owner: str = "module"
-    ) -> None:
-        self.layout = layout
-        self.names = layout.names
-        self.keys = layout.keys
-        self.values_of = layout.values_of
-        self.others = others
-        self._key = (
-            None
-            if others is None
-            else tuple(
-                (n, _static_key(v, lambda n=n: f"{owner}.{n}"))  # type: ignore[misc]
-                for n, v in others.items()
-            )
-        )
-        self._hash: int | None = None
-
-    def __eq__(self, other: object) -> bool:
-        return self is other or (
-            isinstance(other, _ModuleDef)
-            and self.layout == other.layout
-            and self._key == other._key
-        )
-
-    def __hash__(self) -> int:
-        if self._hash is None:
-            self._hash = hash((self.layout, self._key))
-        return self._hash
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_ModuleDef, (self.layout, self.others))
-
-    def __repr__(self) -> str:
-        config = ", ".join(f"{n}={_short_repr(v)}" for n, v in (self.others or {}).items())
-        return f"<{self.layout}; {config}>" if self.names else f"<{config}>"
-
-
 # Per-class declared kinds (from annotations), resolved at the first instantiation so that
 # names defined after the class (string annotations) can be found.
 _DECLARED = "_oxtree_declared_"
-_EMPTY = _Layout(())
-_MISSING = object()
-_ANNOTATION_STRING = re.compile(r"^\s*(?:\w+\.)*(Parameter|State)\b")
 
 
 def _declared(cls: type) -> tuple[_Layout, dict[str, Any]]:
@@ -329,36 +74,6 @@ def _declared(cls: type) -> tuple[_Layout, dict[str, Any]]:
     setattr(cls, _DECLARED, (layout, defaults))
     return layout, defaults
 
-
-def _annotation_kind(klass: type, name: str, ann: Any) -> Kind | None:
-    if isinstance(ann, str):
-        module = sys.modules.get(klass.__module__)
-        try:
-            ann = eval(ann, dict(vars(module)) if module else {}, dict(vars(klass)))
-        except Exception:
-            match = _ANNOTATION_STRING.match(ann)
-            return (
-                Kind.PARAMETER
-                if match and match[1] == "Parameter"
-                else (Kind.STATE if match else None)
-            )
-    if typing.get_origin(ann) is not Annotated:
-        return None
-    kinds = [m for m in ann.__metadata__ if isinstance(m, Kind)]
-    if not kinds:
-        return None
-    if len(kinds) > 1 or kinds[0] is Kind.OTHERS:
-        raise TypeError(
-            f"{klass.__qualname__}.{name}: an annotation may carry one of PARAMETER, STATE, "
-            "MODULE or a kind made by Kind.define (OTHERS is the default: leave the "
-            f"annotation plain), got {kinds}"
-        )
-    return kinds[0]
-
-
-# --------------------------------------------------------------------------------------------
-# Registration: one flatten for every module class, one unflatten per class.
-# --------------------------------------------------------------------------------------------
 
 _new_object = object.__new__
 
@@ -412,96 +127,6 @@ def _unflattener(cls: type[_M]) -> Callable[[_ModuleDef, Any], _M]:
     return unflatten
 
 
-def _module_path_type() -> type:
-    """The class ``ModulePath``, made the first time it is asked for (JAX imported by then):
-    it subclasses JAX's ``GetAttrKey``, which this module cannot name before JAX is loaded."""
-    cached = globals().get("ModulePath")
-    if cached is not None:
-        return cached  # type: ignore[no-any-return]
-    import jax
-
-    class ModulePath(jax.tree_util.GetAttrKey):  # type: ignore[misc]
-        """One key in JAX's view of a Module: the whole key path of a leaf below the module.
-
-        To JAX, a Module is one node whose children are the leaves of its graph
-        (:func:`oxtree.graph_flatten`): a submodule reached twice (tied weights) gives its
-        leaves once, so ``jax.grad`` sums its gradient and ``jax.tree_util.tree_map`` (optax's
-        ``apply_updates``, say) keeps it shared. Each leaf's key is a ``ModulePath``: a JAX
-        ``GetAttrKey`` whose name is the path as :meth:`Module.state_dict` names it
-        (``layers[0].weight``), so it prints as ``keystr`` prints the path
-        (``.layers[0].weight``), and tools that know JAX's key types (orbax, say) take a
-        module whole. ``path`` holds the path's entries.
-
-        >>> import jax
-        >>> from oxtree import GetAttrKey, SequenceKey
-        >>> k = ModulePath((GetAttrKey('layers'), SequenceKey(0), GetAttrKey('weight')))
-        >>> k, str(k), k.name, k.path[-1]
-        (ModulePath('.layers[0].weight'), '.layers[0].weight', 'layers[0].weight', GetAttrKey(name='weight'))
-        >>> isinstance(k, jax.tree_util.GetAttrKey), k == jax.tree_util.GetAttrKey(k.name)
-        (True, True)
-        """
-
-        __slots__ = ("path",)
-
-        def __init__(self, path: tuple[Any, ...]) -> None:
-            from oxtree._core import keystr
-
-            path = tuple(path)
-            text = keystr(path)
-            if not path or type(path[0]) is not GetAttrKey:
-                raise ValueError(
-                    f"ModulePath: a module's path starts at one of its attributes (a "
-                    f"GetAttrKey), got {text or '()'}"
-                )
-            super().__init__(text[1:])
-            self.path = path
-
-        def __repr__(self) -> str:
-            return f"ModulePath({str(self)!r})"
-
-        # Equality and hashing are GetAttrKey's (by name): a ModulePath equals the
-        # GetAttrKey that a tool rebuilds from its name.
-
-    ModulePath.__module__ = __name__
-    ModulePath.__qualname__ = "ModulePath"
-    globals()["ModulePath"] = ModulePath
-    return ModulePath
-
-
-def __getattr__(name: str) -> Any:
-    if name == "ModulePath":
-        return _module_path_type()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-# What JAX calls to flatten a module: its graph, with None as a leaf so that a module and its
-# gradient (None where nothing is differentiated) have equal aux data; JAX then sees each None
-# child as its own None. The graph reads JAX's registry, so the arrays of an equinox module or
-# a flax struct held by the module are its children and a tie inside one is kept. A partial of
-# the core function: no Python frame per call.
-_graph_children: Callable[[Module], tuple[list[Any], Any]] = functools.partial(
-    graph_flatten, none_is_leaf=True, jax_registry=True
-)
-
-# How a module's own methods (update, select, state_dict, load_state_dict) see its graph: as
-# JAX sees it, so their leaves and key paths are those of JAX's transforms and of orbax.
-_module_graph: Callable[[Any], tuple[list[Any], Any]] = _graph_children
-
-# The same graph with each registered node asked for its keys (an equinox module's
-# flatten_with_keys): its `paths()` name every leaf as JAX's key paths do (`.lin.weight`).
-_keyed_graph: Callable[[Any], tuple[list[Any], Any]] = functools.partial(
-    graph_flatten, none_is_leaf=True, jax_registry=True, with_keys=True
-)
-
-
-def _graph_children_with_keys(m: Module) -> tuple[list[tuple[Any, Any]], Any]:
-    leaves, gd = _keyed_graph(m)
-    # Every key is a ModulePath, a one-step path too: tools that rebuild a tree from its key
-    # paths (orbax) expect the children of one node to have keys of one type.
-    module_path = _module_path_type()
-    return [(module_path(p), leaf) for p, leaf in zip(gd.paths(), leaves, strict=True)], gd
-
-
 def _child_at(node: Any, entry: Any) -> Any:
     """The child of ``node`` that the key ``entry`` names (an attribute, a key, an index)."""
     if isinstance(node, Module) and type(entry) is GetAttrKey:
@@ -510,10 +135,6 @@ def _child_at(node: Any, entry: Any) -> Any:
     if name is not _MISSING:
         return getattr(node, name)
     return node[getattr(entry, "idx", getattr(entry, "key", _MISSING))]
-
-
-# What JAX calls to rebuild one: the core's graph_unflatten(graphdef, children) as it is.
-_graph_rebuild: Callable[[Any, Any], Any] = graph_unflatten
 
 
 def _register(cls: type[Module]) -> None:
@@ -539,54 +160,6 @@ def _holds_modules(value: Any) -> bool:
     return False
 
 
-# Types whose instances are never nodes that JAX alone registers: most configuration values,
-# answered by one set lookup.
-_NOT_JAX_NODES = frozenset(
-    {int, float, complex, bool, str, bytes, type(None), set, frozenset, type}
-    | {type(_is_array), type(len), type(Kind.define)}
-)
-
-
-def _jax_node(value: Any) -> bool:
-    """Whether ``value`` is a node that JAX registers and oxtree does not (an equinox module,
-    a flax.struct dataclass, an NNX State, a ``jax.tree_util.Partial``). Never imports JAX."""
-    cls = type(value)
-    if cls in _NOT_JAX_NODES:
-        return False
-    # JAX's own registry first: one C++ lookup says no for a leaf type (the core's answer,
-    # asked next, costs a microsecond).
-    tu = sys.modules.get("jax._src.tree_util")
-    if tu is None or not tu.default_registry.is_node(cls):
-        return False
-    return (
-        _node_kind(cls, jax=True) is PyTreeKind.CUSTOM
-        and not issubclass(cls, Module)
-        and cls not in registered_types()
-    )
-
-
-def _holds_jax_nodes(value: Any) -> bool:
-    """A JAX node (see :func:`_jax_node`), or a non-empty list, tuple or dict of them: what an
-    attribute holds that becomes a ``PARAMETER`` by itself."""
-    if isinstance(value, list | tuple):
-        items: Any = value
-    elif isinstance(value, dict):
-        items = value.values()
-    else:
-        return _jax_node(value)
-    # A container of plain values (sizes, names) is answered by its first item's type.
-    return (
-        bool(items) and type(next(iter(items))) not in _NOT_JAX_NODES and all(map(_jax_node, items))
-    )
-
-
-def _nones(value: Any) -> Any:
-    """``value`` with every leaf None, its structure kept: JAX's registered nodes (an equinox
-    module, a flax struct) included, as the module's graph sees them."""
-    leaves, spec = _tree_flatten_jax_registry(value)
-    return spec.unflatten([None] * len(leaves))
-
-
 def _is_module(x: Any) -> bool:
     return isinstance(x, Module)
 
@@ -604,11 +177,6 @@ class _instance_only:
         if obj is None:
             raise AttributeError(self.fn.__name__)
         return self.fn.__get__(obj, owner)
-
-
-# --------------------------------------------------------------------------------------------
-# The base class
-# --------------------------------------------------------------------------------------------
 
 
 class Module:
@@ -786,7 +354,7 @@ class Module:
             if type(value) not in _NOT_JAX_NODES and _holds_jax_nodes(value):
                 self._register_kind(name, value, Kind.PARAMETER, assigned=True)
                 return
-            if _is_array(value):
+            if is_array(value):
                 _static_key(value, lambda: f"{type(self).__qualname__}.{name}")
             _DEF_SLOT.__set__(self, layout.stale)
         object.__setattr__(self, name, value)
@@ -890,7 +458,9 @@ class Module:
         """
         test = All(*filters)
         leaves, gd = _keyed_graph(self)
-        kept = test._mask(_Leaves(self, gd, leaves), [leaf is not None for leaf in leaves])
+        kept = test._mask(
+            _Leaves(self, gd, leaves, _leaf_kinds), [leaf is not None for leaf in leaves]
+        )
         return graph_unflatten(  # type: ignore[no-any-return]
             gd, [leaf if k else None for leaf, k in zip(leaves, kept, strict=True)]
         )
@@ -908,8 +478,6 @@ class Module:
         >>> M().state_dict()
         {'layers[0].w': 1.0, 'n': 0}
         """
-        from oxtree._core import keystr
-
         source = self.select(*filters) if filters else self
         leaves, gd = _keyed_graph(source)
         return {
@@ -938,8 +506,6 @@ class Module:
         ...
         ValueError: M.load_state_dict: missing keys ['n']; unknown keys ['x']
         """
-        from oxtree._core import keystr
-
         if not isinstance(state, Mapping):
             raise TypeError(
                 f"{type(self).__qualname__}.load_state_dict expects a mapping from key paths "
@@ -1041,16 +607,19 @@ class Module:
     def __treescope_repr__(self, path: str | None, subtree_renderer: Any) -> Any:
         """Treescope's rendering hook: the module in constructor form, its leaves counted by
         kind on the first line (see ``oxtree._treescope``)."""
-        from oxtree._treescope import render
+        from oxtree.module._treescope import render
 
-        return render(self, path, subtree_renderer)
+        return render(self, path, subtree_renderer, _leaf_kinds)
 
 
 _DEF_SLOT = Module.__dict__["_oxtree_def"]
+
 # The core reads and rebuilds modules itself (as _flatten and _unflattener's functions do)
 # for every class registered with _flatten; those functions remain for what it hands back.
 _set_module_hooks(_flatten)
+
 _RESERVED = frozenset(n for n in dir(Module) if not n.startswith("_")) | {"training"}
+
 _register(Module)
 
 
@@ -1094,28 +663,17 @@ def _rebuild(root: _M, *, keep: Kind | None = None, training: bool | None = None
     return visit(root)  # type: ignore[no-any-return]
 
 
-def _short_repr(value: Any) -> str:
-    """A configuration value in a treedef's repr: functions by name, not by address."""
-    text = repr(value)
-    name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
-    if text.startswith("<") and callable(value) and isinstance(name, str):
-        return name
-    return text
-
-
 def _check_like(m: Module, what: str, gd: Any, old: list[Any], new: list[Any]) -> None:
     """Raises a ValueError naming every array leaf of ``new`` whose shape or dtype differs
     from the one it replaces in ``old``."""
     bad = []
     for i, (a, b) in enumerate(zip(old, new, strict=True)):
-        if a is b or not (_is_array(a) and _is_array(b)):
+        if a is b or not (is_shaped(a) and is_shaped(b)):
             continue
         if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
             bad.append(i)
     if not bad:
         return
-    from oxtree._core import keystr
-
     paths = _keyed_graph(m)[1].paths()
     detail = "; ".join(
         f"{keystr(paths[i]).removeprefix('.')}: expected {old[i].dtype}{list(old[i].shape)}, "
@@ -1146,237 +704,3 @@ def _kind_at(root: Any, path: tuple[Any, ...]) -> Kind | None:
         except Exception:  # a registered node's entry: the kind stays that of its holder
             break
     return kind
-
-
-# --------------------------------------------------------------------------------------------
-# Filters: predicates on (path, kind, leaf), for select and state_dict
-# --------------------------------------------------------------------------------------------
-
-
-class _Leaves:
-    """The leaves of a module's graph as filters see them, each column made when first asked
-    for: a path pattern needs neither the paths nor the kinds."""
-
-    __slots__ = ("_kinds", "_paths", "graphdef", "leaves", "root")
-
-    def __init__(self, root: Module, graphdef: Any, leaves: list[Any]) -> None:
-        self.root, self.graphdef, self.leaves = root, graphdef, leaves
-        self._paths: list[tuple[Any, ...]] | None = None
-        self._kinds: list[Kind | None] | None = None
-
-    @property
-    def paths(self) -> list[tuple[Any, ...]]:
-        if self._paths is None:
-            self._paths = self.graphdef.paths()
-        return self._paths
-
-    @property
-    def kinds(self) -> list[Kind | None]:
-        if self._kinds is None:
-            self._kinds = _leaf_kinds(self.root, self.graphdef)
-        return self._kinds
-
-
-def _mask_of(f: Any, at: _Leaves, ask: list[bool]) -> list[bool]:
-    """Whether filter ``f`` accepts each leaf of ``at`` where ``ask`` says to ask it (False
-    elsewhere, without asking): filters joined by All, AnyOf and Not are asked about the
-    leaves the ones before them left open, as ``all`` and ``any`` would, so a filter after
-    ``OfType(jax.Array)`` sees arrays only."""
-    if isinstance(f, _Filter):
-        return f._mask(at, ask)
-    return [
-        a and bool(f(path, kind, leaf))
-        for a, path, kind, leaf in zip(ask, at.paths, at.kinds, at.leaves, strict=True)
-    ]
-
-
-class _Filter:
-    __slots__ = ()
-
-    def __call__(self, path: tuple[Any, ...], kind: Kind | None, leaf: Any) -> bool:
-        raise NotImplementedError
-
-    def _mask(self, at: _Leaves, ask: list[bool]) -> list[bool]:
-        """Whether this filter accepts each leaf of ``at`` where ``ask`` is true (see
-        ``_mask_of``); one call per leaf unless a subclass knows better."""
-        return [
-            a and bool(self(path, kind, leaf))
-            for a, path, kind, leaf in zip(ask, at.paths, at.kinds, at.leaves, strict=True)
-        ]
-
-    def __repr__(self) -> str:
-        args = ", ".join(repr(getattr(self, n)) for n in self.__slots__)
-        return f"{type(self).__name__}({args})"
-
-
-def _as_filter(f: Any) -> Callable[[tuple[Any, ...], Kind | None, Any], bool]:
-    if isinstance(f, _Filter):
-        return f
-    if isinstance(f, Kind):
-        return OfKind(f)
-    if isinstance(f, bool):
-        return lambda path, kind, leaf: f
-    if isinstance(f, type):
-        return OfType(f)
-    if callable(f):
-        return f  # type: ignore[no-any-return]
-    if isinstance(f, PathPattern):
-        return _Matches(f)
-    hint = f"; for a path pattern write PathPattern({f!r})" if isinstance(f, str) else ""
-    raise TypeError(
-        "a module filter is a Kind, a type, a bool, a function of (path, kind, leaf), a "
-        "PathPattern or a filter such as OfKind or PathContains, got "
-        f"{type(f).__name__}: {f!r}{hint}"
-    )
-
-
-class _Matches(_Filter):
-    """Accepts the leaves whose key path matches a :class:`oxtree.PathPattern`; a module's
-    leaves are matched all at once by the core (``PathPattern._leaf_mask``)."""
-
-    __slots__ = ("pattern",)
-
-    def __init__(self, pattern: PathPattern) -> None:
-        self.pattern = pattern
-
-    def __call__(self, path: tuple[Any, ...], kind: Kind | None, leaf: Any) -> bool:
-        return self.pattern.match(path)
-
-    def _mask(self, at: _Leaves, ask: list[bool]) -> list[bool]:
-        matched = self.pattern._leaf_mask(at.graphdef)
-        return [a and m for a, m in zip(ask, matched, strict=True)]
-
-    def __repr__(self) -> str:
-        return repr(self.pattern)
-
-
-def _all_of(items: tuple[_T, ...], cls: type, message: str) -> tuple[_T, ...]:
-    for x in items:
-        if not isinstance(x, cls):
-            raise TypeError(f"{message}, got {type(x).__name__}: {x!r}")
-    return items
-
-
-class OfKind(_Filter):
-    """Accepts the leaves held by attributes of any of ``kinds``.
-
-    >>> OfKind(Kind.STATE)((), Kind.STATE, 0), OfKind(Kind.STATE)((), Kind.PARAMETER, 0)
-    (True, False)
-    """
-
-    __slots__ = ("kinds",)
-
-    def __init__(self, *kinds: Kind) -> None:
-        self.kinds = frozenset(_all_of(kinds, Kind, "OfKind expects Kinds"))
-
-    def __call__(self, path: tuple[Any, ...], kind: Kind | None, leaf: Any) -> bool:
-        return kind in self.kinds
-
-    def __repr__(self) -> str:
-        return f"OfKind({', '.join(sorted(k.name for k in self.kinds))})"
-
-
-class OfType(_Filter):
-    """Accepts the leaves that are instances of any of ``types``.
-
-    >>> OfType(float)((), None, 1.0), OfType(float)((), None, 1)
-    (True, False)
-    """
-
-    __slots__ = ("types",)
-
-    def __init__(self, *types: type) -> None:
-        self.types = _all_of(types, type, "OfType expects types")
-
-    def __call__(self, path: tuple[Any, ...], kind: Kind | None, leaf: Any) -> bool:
-        return isinstance(leaf, self.types)
-
-
-class PathContains(_Filter):
-    """Accepts the leaves whose key path has an entry named ``key`` (an attribute name, a
-    dict key or a sequence index).
-
-    >>> from oxtree import GetAttrKey, SequenceKey
-    >>> PathContains('enc')((GetAttrKey('enc'), SequenceKey(0)), None, 1.0)
-    True
-    """
-
-    __slots__ = ("key",)
-
-    def __init__(self, key: Any) -> None:
-        self.key = key
-
-    def __call__(self, path: tuple[Any, ...], kind: Kind | None, leaf: Any) -> bool:
-        key = self.key
-        for entry in path:
-            value = getattr(entry, "name", getattr(entry, "key", getattr(entry, "idx", entry)))
-            if type(value) is type(key) and value == key:
-                return True
-        return False
-
-
-class _Combined(_Filter):
-    """Filters joined by ``_join`` (``all`` or ``any``)."""
-
-    __slots__ = ("filters",)
-    _join: Callable[[Iterator[bool]], bool]
-
-    def __init__(self, *filters: Any) -> None:
-        self.filters = tuple(map(_as_filter, filters))
-
-    def __call__(self, path: tuple[Any, ...], kind: Kind | None, leaf: Any) -> bool:
-        return type(self)._join(f(path, kind, leaf) for f in self.filters)
-
-    def _mask(self, at: _Leaves, ask: list[bool]) -> list[bool]:
-        if type(self)._join is all:  # each filter asked where all before it accepted
-            for f in self.filters:
-                ask = _mask_of(f, at, ask)
-            return ask
-        accepted = [False] * len(ask)  # any: each filter asked where none before accepted
-        for f in self.filters:
-            hit = _mask_of(f, at, ask)
-            accepted = [a or h for a, h in zip(accepted, hit, strict=True)]
-            ask = [a and not h for a, h in zip(ask, hit, strict=True)]
-        return accepted
-
-
-class All(_Combined):
-    """Accepts the leaves every one of ``filters`` accepts (all leaves when none is given).
-
-    >>> All(Kind.PARAMETER, float)((), Kind.PARAMETER, 1.0)
-    True
-    """
-
-    __slots__ = ()
-    _join = all
-
-
-class AnyOf(_Combined):
-    """Accepts the leaves at least one of ``filters`` accepts.
-
-    >>> AnyOf(Kind.PARAMETER, Kind.STATE)((), Kind.STATE, 0)
-    True
-    """
-
-    __slots__ = ()
-    _join = any
-
-
-class Not(_Filter):
-    """Accepts the leaves ``filter`` rejects.
-
-    >>> Not(Kind.PARAMETER)((), Kind.STATE, 0)
-    True
-    """
-
-    __slots__ = ("filter",)
-
-    def __init__(self, filter: Any) -> None:
-        self.filter = _as_filter(filter)
-
-    def __call__(self, path: tuple[Any, ...], kind: Kind | None, leaf: Any) -> bool:
-        return not self.filter(path, kind, leaf)
-
-    def _mask(self, at: _Leaves, ask: list[bool]) -> list[bool]:
-        inner = _mask_of(self.filter, at, ask)
-        return [a and not m for a, m in zip(ask, inner, strict=True)]

@@ -1,0 +1,285 @@
+"""The static part of a module: its kinds (:class:`Kind`, the ``Parameter`` and ``State``
+annotations), its layout (which attribute has which kind) and its configuration, together its
+aux data (:class:`_ModuleDef`). Both are immutable and shared between a module and its
+tree_map copies; a module holds its aux data in one slot."""
+
+from __future__ import annotations
+
+import enum
+import operator
+import re
+import sys
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
+from typing import Annotated, Any, TypeVar
+
+from oxtree._arrays import is_array
+from oxtree._core import GetAttrKey
+
+_T = TypeVar("_T")
+
+
+class Kind(enum.Enum):
+    """The kind of a module attribute.
+
+    ``PARAMETER`` (trainable) and ``STATE`` (not trainable) attributes hold leaves,
+    ``MODULE`` attributes hold submodules, ``OTHERS`` (the default for anything unregistered)
+    is static configuration kept in the treedef.
+
+    Kinds are open: :meth:`define` makes a new one (batch statistics, a cache, ...) whose
+    attributes hold leaves, as ``STATE``'s do; register them with :meth:`Module.register_kind`
+    or annotate them ``Annotated[T, kind]``, and pick them out with :meth:`Module.select`.
+
+    >>> Kind.PARAMETER, Kind('state')
+    (<Kind.PARAMETER: 'parameter'>, <Kind.STATE: 'state'>)
+    >>> Kind.define('batch_stats'), Kind('batch_stats') is Kind.define('batch_stats')
+    (<Kind.BATCH_STATS: 'batch_stats'>, True)
+    """
+
+    PARAMETER = "parameter"
+    STATE = "state"
+    MODULE = "module"
+    OTHERS = "others"
+
+    @classmethod
+    def define(cls, name: str) -> Kind:
+        """The kind named ``name`` (an identifier), made on first use; ``Kind(name)`` finds
+        it afterwards (and in a pickle's loading process once defined there)."""
+        if not isinstance(name, str) or not name.isidentifier():
+            raise TypeError(f"Kind.define expects an identifier, got {name!r}")
+        known = cls._value2member_map_.get(name)
+        if known is not None:
+            return known  # type: ignore[return-value]
+        kind = object.__new__(cls)
+        kind._value_ = name
+        kind._name_ = name.upper()
+        kind._sort_order_ = len(cls._value2member_map_)  # type: ignore[attr-defined]
+        cls._value2member_map_[name] = kind
+        return kind
+
+
+# Annotation markers. An alias has no docstring syntax, so each gets its ``__doc__`` set, and
+# its ``__module__`` (from 3.12 on an alias says ``typing``; documentation tools, doctest
+# included, then skip it as not defined here).
+Parameter = Annotated[_T, Kind.PARAMETER]
+
+Parameter.__doc__ = """Marks a parameter field: ``weight: Parameter`` or ``Parameter[float]``.
+
+A parameter (trainable) attribute holds leaves, as if set with ``register_parameter``.
+
+>>> import oxtree
+>>> class Scale(Module):
+...     factor: Parameter[float]
+...     def __init__(self, factor):
+...         self.factor = factor
+>>> s = Scale(2.0)
+>>> dict(s.name_to_kind), oxtree.tree_leaves(s)
+({'factor': <Kind.PARAMETER: 'parameter'>}, [2.0])
+"""
+
+Parameter.__module__ = "oxtree.module"  # its public home
+
+State = Annotated[_T, Kind.STATE]
+
+State.__doc__ = """Marks a state field: ``count: State`` or ``State[int]``.
+
+A state (not trainable) attribute holds leaves, as if set with ``register_state``.
+
+>>> import oxtree
+>>> class Counter(Module):
+...     count: State[int]
+...     def __init__(self):
+...         self.count = 0
+>>> c = Counter()
+>>> dict(c.name_to_kind), oxtree.tree_map(lambda n: n + 1, c).count
+({'count': <Kind.STATE: 'state'>}, 1)
+"""
+
+State.__module__ = "oxtree.module"
+
+
+class _Layout:
+    """The tree attributes of a module, in registration order, with their kinds."""
+
+    __slots__ = (
+        "_hash",
+        "keys",
+        "kinds",
+        "name_to_kind",
+        "names",
+        "stale",
+        "values_of",
+    )
+
+    def __init__(self, items: tuple[tuple[str, Kind], ...]) -> None:
+        self.names: tuple[str, ...] = tuple(n for n, _ in items)
+        self.kinds: tuple[Kind, ...] = tuple(k for _, k in items)
+        self.name_to_kind: Mapping[str, Kind] = MappingProxyType(dict(items))
+        self.keys = tuple(GetAttrKey(n) for n in self.names)
+        self._hash = hash((self.names, self.kinds))
+        # The children of a module, read from its __dict__ by one C call.
+        if len(self.names) >= 2:
+            self.values_of: Callable[[dict[str, Any]], tuple[Any, ...]] = operator.itemgetter(
+                *self.names
+            )
+        elif self.names:
+            name = self.names[0]
+            self.values_of = lambda d: (d[name],)
+        else:
+            self.values_of = lambda d: ()
+        # The aux data of a module with this layout whose configuration must be read again.
+        self.stale = _ModuleDef(self, None)
+
+    def with_kind(self, name: str, kind: Kind) -> _Layout:
+        return _Layout((*self.items(), (name, kind)))
+
+    def without(self, name: str) -> _Layout:
+        return _Layout(tuple(item for item in self.items() if item[0] != name))
+
+    def items(self) -> Iterator[tuple[str, Kind]]:
+        return zip(self.names, self.kinds, strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            isinstance(other, _Layout) and self.names == other.names and self.kinds == other.kinds
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Layout, (tuple(self.items()),))
+
+    def __repr__(self) -> str:
+        return ", ".join(f"{n}: {k.name}" for n, k in self.items())
+
+
+class _Identity:
+    """An unhashable configuration value, compared by identity."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Identity) and self.value is other.value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+
+def _static_key(value: Any, where: Callable[[], str]) -> Any:
+    """A hashable stand-in for a configuration value, equal for equal configurations.
+
+    Hashable values stand for themselves; lists, tuples, dicts and sets holding unhashable
+    values compare by content; arrays are refused (they belong in the leaves); anything else
+    compares by identity.
+    """
+    try:
+        hash(value)
+    except TypeError:
+        pass
+    else:
+        return value
+    if isinstance(value, list | tuple):
+        return (type(value), tuple(_static_key(v, where) for v in value))
+    if isinstance(value, dict):
+        return (type(value), tuple((k, _static_key(v, where)) for k, v in value.items()))
+    if isinstance(value, set):
+        return (set, frozenset(value))
+    if is_array(value):
+        raise TypeError(
+            f"{where()} holds an array ({value.dtype}{list(value.shape)}) but is not registered, "
+            "so it would be static configuration in the treedef. Register it with "
+            "register_parameter or register_state (or annotate it Parameter or State)."
+        )
+    return _Identity(value)
+
+
+class _ModuleDef:
+    """A module's aux data: its layout and its configuration, the ``OTHERS`` attributes
+    sorted by name (None in a layout's ``stale`` instance: read them from the module).
+    """
+
+    __slots__ = ("_hash", "_key", "keys", "layout", "names", "others", "values_of")
+
+    def __init__(
+        self, layout: _Layout, others: dict[str, Any] | None, owner: str = "module"
+    ) -> None:
+        self.layout = layout
+        self.names = layout.names
+        self.keys = layout.keys
+        self.values_of = layout.values_of
+        self.others = others
+        self._key = (
+            None
+            if others is None
+            else tuple(
+                (n, _static_key(v, lambda n=n: f"{owner}.{n}"))  # type: ignore[misc]
+                for n, v in others.items()
+            )
+        )
+        self._hash: int | None = None
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            isinstance(other, _ModuleDef)
+            and self.layout == other.layout
+            and self._key == other._key
+        )
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash((self.layout, self._key))
+        return self._hash
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_ModuleDef, (self.layout, self.others))
+
+    def __repr__(self) -> str:
+        config = ", ".join(f"{n}={_short_repr(v)}" for n, v in (self.others or {}).items())
+        return f"<{self.layout}; {config}>" if self.names else f"<{config}>"
+
+
+_EMPTY = _Layout(())
+
+_MISSING = object()
+
+_ANNOTATION_STRING = re.compile(r"^\s*(?:\w+\.)*(Parameter|State)\b")
+
+
+def _annotation_kind(klass: type, name: str, ann: Any) -> Kind | None:
+    if isinstance(ann, str):
+        module = sys.modules.get(klass.__module__)
+        try:
+            ann = eval(ann, dict(vars(module)) if module else {}, dict(vars(klass)))
+        except Exception:
+            match = _ANNOTATION_STRING.match(ann)
+            return (
+                Kind.PARAMETER
+                if match and match[1] == "Parameter"
+                else (Kind.STATE if match else None)
+            )
+    if typing.get_origin(ann) is not Annotated:
+        return None
+    kinds = [m for m in ann.__metadata__ if isinstance(m, Kind)]
+    if not kinds:
+        return None
+    if len(kinds) > 1 or kinds[0] is Kind.OTHERS:
+        raise TypeError(
+            f"{klass.__qualname__}.{name}: an annotation may carry one of PARAMETER, STATE, "
+            "MODULE or a kind made by Kind.define (OTHERS is the default: leave the "
+            f"annotation plain), got {kinds}"
+        )
+    return kinds[0]
+
+
+def _short_repr(value: Any) -> str:
+    """A configuration value in a treedef's repr: functions by name, not by address."""
+    text = repr(value)
+    name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
+    if text.startswith("<") and callable(value) and isinstance(name, str):
+        return name
+    return text
