@@ -19,7 +19,7 @@ pub fn flatten_up_to<'py>(
     spec: &PyTreeSpec,
     tree: &Bound<'py, PyAny>,
     registry: &Registry,
-    which: Option<&str>,
+    which: Option<&dyn std::fmt::Display>,
 ) -> PyResult<Vec<Bound<'py, PyAny>>> {
     let mut out = Vec::with_capacity(spec.num_leaves());
     match walk::<false>(spec, tree, registry, &mut out)? {
@@ -88,7 +88,7 @@ fn report<'py>(
     spec: &PyTreeSpec,
     tree: &Bound<'py, PyAny>,
     registry: &Registry,
-    which: Option<&str>,
+    which: Option<&dyn std::fmt::Display>,
     found: Found<'py>,
 ) -> PyErr {
     let mut scratch = Vec::new();
@@ -306,7 +306,7 @@ fn mismatch(
     idx: usize,
     obj: &Bound<'_, PyAny>,
     why: Mismatch,
-    which: Option<&str>,
+    which: Option<&dyn std::fmt::Display>,
     tree: &Bound<'_, PyAny>,
     registry: &Registry,
 ) -> PyErr {
