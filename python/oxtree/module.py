@@ -41,6 +41,7 @@ from types import MappingProxyType
 from typing import Annotated, Any, Self, TypeVar
 
 from oxtree import _jax_hook
+from oxtree._axes import Axes
 from oxtree._core import (
     GetAttrKey,
     PathPattern,
@@ -56,9 +57,9 @@ from oxtree._core import (
     tree_map,
 )
 
-# The names `oxtree` itself re-exports. ModulePath and the filters (OfKind, OfType,
+# The names `oxtree` itself re-exports (Axes is oxtree._axes's). ModulePath and the filters (OfKind, OfType,
 # PathContains, All, AnyOf, Not) are public here, in `oxtree.module`, only.
-__all__ = ["Kind", "Module", "Parameter", "State"]
+__all__ = ["Axes", "Kind", "Module", "Parameter", "State"]
 
 _T = TypeVar("_T")
 _M = TypeVar("_M", bound="Module")
@@ -150,24 +151,32 @@ State.__module__ = __name__
 
 
 class _Layout:
-    """The tree attributes of a module, in registration order, with their kinds."""
+    """The tree attributes of a module, in registration order, with their kinds and the
+    :class:`Axes` (sharding annotation) of those that have one."""
 
     __slots__ = (
         "_hash",
         "keys",
         "kinds",
+        "name_to_axes",
         "name_to_kind",
         "names",
         "stale",
         "values_of",
     )
 
-    def __init__(self, items: tuple[tuple[str, Kind], ...]) -> None:
+    def __init__(
+        self, items: tuple[tuple[str, Kind], ...], axes: Mapping[str, Axes] | None = None
+    ) -> None:
         self.names: tuple[str, ...] = tuple(n for n, _ in items)
         self.kinds: tuple[Kind, ...] = tuple(k for _, k in items)
         self.name_to_kind: Mapping[str, Kind] = MappingProxyType(dict(items))
+        # Only annotated attributes, in registration order.
+        self.name_to_axes: Mapping[str, Axes] = MappingProxyType(
+            {n: axes[n] for n in self.names if n in axes} if axes else {}
+        )
         self.keys = tuple(GetAttrKey(n) for n in self.names)
-        self._hash = hash((self.names, self.kinds))
+        self._hash = hash((self.names, self.kinds, tuple(self.name_to_axes.items())))
         # The children of a module, read from its __dict__ by one C call.
         if len(self.names) >= 2:
             self.values_of: Callable[[dict[str, Any]], tuple[Any, ...]] = operator.itemgetter(
@@ -181,28 +190,35 @@ class _Layout:
         # The aux data of a module with this layout whose configuration must be read again.
         self.stale = _ModuleDef(self, None)
 
-    def with_kind(self, name: str, kind: Kind) -> _Layout:
-        return _Layout((*self.items(), (name, kind)))
+    def with_kind(self, name: str, kind: Kind, axes: Axes | None = None) -> _Layout:
+        more = {name: axes} if axes is not None else {}
+        return _Layout((*self.items(), (name, kind)), {**self.name_to_axes, **more})
 
     def without(self, name: str) -> _Layout:
-        return _Layout(tuple(item for item in self.items() if item[0] != name))
+        return _Layout(tuple(item for item in self.items() if item[0] != name), self.name_to_axes)
 
     def items(self) -> Iterator[tuple[str, Kind]]:
         return zip(self.names, self.kinds, strict=True)
 
     def __eq__(self, other: object) -> bool:
         return self is other or (
-            isinstance(other, _Layout) and self.names == other.names and self.kinds == other.kinds
+            isinstance(other, _Layout)
+            and self.names == other.names
+            and self.kinds == other.kinds
+            and self.name_to_axes == other.name_to_axes
         )
 
     def __hash__(self) -> int:
         return self._hash
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_Layout, (tuple(self.items()),))
+        return (_Layout, (tuple(self.items()), dict(self.name_to_axes)))
 
     def __repr__(self) -> str:
-        return ", ".join(f"{n}: {k.name}" for n, k in self.items())
+        axes = self.name_to_axes
+        return ", ".join(
+            f"{n}: {k.name}" + (f" {axes[n]!r}" if n in axes else "") for n, k in self.items()
+        )
 
 
 class _Identity:
@@ -313,14 +329,17 @@ def _declared(cls: type) -> tuple[_Layout, dict[str, Any]]:
     import inspect  # here: importing it costs more than the rest of `import oxtree`
 
     items: dict[str, Kind] = {}
+    axes: dict[str, Axes] = {}
     for klass in reversed(cls.__mro__):
         if not (isinstance(klass, type) and issubclass(klass, Module)):
             continue
         for name, ann in inspect.get_annotations(klass).items():
-            kind = _annotation_kind(klass, name, ann)
+            kind, axes_of = _annotation_kind(klass, name, ann)
             if kind is not None:
                 items[name] = kind
-    layout = _Layout(tuple(items.items())) if items else _EMPTY
+                if axes_of is not None:
+                    axes[name] = axes_of
+    layout = _Layout(tuple(items.items()), axes) if items else _EMPTY
     defaults = {}
     for name in layout.names:
         default = getattr(cls, name, _MISSING)
@@ -330,7 +349,8 @@ def _declared(cls: type) -> tuple[_Layout, dict[str, Any]]:
     return layout, defaults
 
 
-def _annotation_kind(klass: type, name: str, ann: Any) -> Kind | None:
+def _annotation_kind(klass: type, name: str, ann: Any) -> tuple[Kind | None, Axes | None]:
+    """The kind an annotation gives, and the :class:`Axes` it carries (if any)."""
     if isinstance(ann, str):
         module = sys.modules.get(klass.__module__)
         try:
@@ -341,19 +361,26 @@ def _annotation_kind(klass: type, name: str, ann: Any) -> Kind | None:
                 Kind.PARAMETER
                 if match and match[1] == "Parameter"
                 else (Kind.STATE if match else None)
-            )
+            ), None
     if typing.get_origin(ann) is not Annotated:
-        return None
+        return None, None
     kinds = [m for m in ann.__metadata__ if isinstance(m, Kind)]
     if not kinds:
-        return None
+        return None, None
+    axes = [m for m in ann.__metadata__ if isinstance(m, Axes)]
+    if len(axes) > 1:
+        raise TypeError(
+            f"{klass.__qualname__}.{name}: an annotation may carry one Axes, got {axes}"
+        )
     if len(kinds) > 1 or kinds[0] is Kind.OTHERS:
         raise TypeError(
             f"{klass.__qualname__}.{name}: an annotation may carry one of PARAMETER, STATE, "
             "MODULE or a kind made by Kind.define (OTHERS is the default: leave the "
             f"annotation plain), got {kinds}"
         )
-    return kinds[0]
+    if axes and kinds[0] is Kind.MODULE:
+        _checked_axes(axes[0], Kind.MODULE, None, f"{klass.__qualname__}.{name}")
+    return kinds[0], (axes[0] if axes else None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -371,6 +398,20 @@ def _refresh(m: Module) -> _ModuleDef:
     aux = _ModuleDef(layout, others, type(m).__qualname__)
     _DEF_SLOT.__set__(m, aux)
     return aux
+
+
+def _checked_axes(sharding: Any, kind: Kind, value: Any, where: str) -> Axes:
+    """``sharding`` as an :class:`Axes` for an attribute of kind ``kind`` holding ``value``
+    (checked against it when it is an array)."""
+    if kind is Kind.MODULE:
+        raise TypeError(
+            f"{where}: a sharding lays out the arrays of a PARAMETER, STATE or user-defined "
+            "kind; a MODULE's own attributes carry theirs"
+        )
+    axes = Axes.of(sharding, where)
+    if _is_array(value):
+        axes.check_rank(len(value.shape), where)
+    return axes
 
 
 def _unassigned(m: Module, error: KeyError) -> AttributeError:
@@ -697,8 +738,27 @@ class Module:
         """
         return self._oxtree_def.layout.name_to_kind
 
-    def register_parameter(self, name: str, value: Any) -> None:
+    @property
+    def name_to_axes(self) -> Mapping[str, Axes]:
+        """A read-only mapping from each attribute registered with a sharding annotation
+        (``sharding=`` or an :class:`~oxtree.Axes` in its annotation) to its ``Axes``.
+
+        >>> import numpy as np
+        >>> class M(Module):
+        ...     def __init__(self):
+        ...         self.register_parameter('w', np.ones((2, 3)), sharding=('embed', None))
+        ...         self.register_parameter('b', np.ones(3))
+        >>> M().name_to_axes
+        mappingproxy({'w': Axes('embed', None)})
+        """
+        return self._oxtree_def.layout.name_to_axes
+
+    def register_parameter(self, name: str, value: Any, *, sharding: Any = None) -> None:
         """Sets attribute ``name`` to ``value`` as a ``PARAMETER`` (trainable leaves).
+
+        ``sharding`` lays its arrays out on a device mesh: one entry per dimension, an axis
+        name, a tuple of names or None (replicated), as a tuple, an :class:`~oxtree.Axes`
+        or a ``jax.sharding.PartitionSpec`` (see :mod:`oxtree.sharding`).
 
         >>> class M(Module):
         ...     def __init__(self):
@@ -706,10 +766,11 @@ class Module:
         >>> M().name_to_kind['w']
         <Kind.PARAMETER: 'parameter'>
         """
-        self._register_kind(name, value, Kind.PARAMETER)
+        self._register_kind(name, value, Kind.PARAMETER, sharding=sharding)
 
-    def register_state(self, name: str, value: Any) -> None:
-        """Sets attribute ``name`` to ``value`` as a ``STATE`` (leaves that are not trained).
+    def register_state(self, name: str, value: Any, *, sharding: Any = None) -> None:
+        """Sets attribute ``name`` to ``value`` as a ``STATE`` (leaves that are not trained);
+        ``sharding`` as :meth:`register_parameter` takes it.
 
         >>> class M(Module):
         ...     def __init__(self):
@@ -717,11 +778,12 @@ class Module:
         >>> M().name_to_kind['count']
         <Kind.STATE: 'state'>
         """
-        self._register_kind(name, value, Kind.STATE)
+        self._register_kind(name, value, Kind.STATE, sharding=sharding)
 
-    def register_kind(self, name: str, value: Any, kind: Kind) -> None:
+    def register_kind(self, name: str, value: Any, kind: Kind, *, sharding: Any = None) -> None:
         """Sets attribute ``name`` to ``value`` with kind ``kind``: ``PARAMETER``, ``STATE``,
-        ``MODULE`` or a kind made by :meth:`Kind.define` (whose attributes hold leaves).
+        ``MODULE`` or a kind made by :meth:`Kind.define` (whose attributes hold leaves);
+        ``sharding`` as :meth:`register_parameter` takes it (not for a ``MODULE``).
 
         >>> BatchStats = Kind.define('batch_stats')
         >>> class Norm(Module):
@@ -735,10 +797,10 @@ class Module:
                 f"{type(self).__qualname__}.register_kind({name!r}, ...): the kind must be a "
                 f"Kind other than OTHERS (plain assignment makes configuration), got {kind!r}"
             )
-        if kind is Kind.MODULE:
+        if kind is Kind.MODULE and sharding is None:
             self.register_module(name, value)
         else:
-            self._register_kind(name, value, kind)
+            self._register_kind(name, value, kind, sharding=sharding)
 
     def register_module(self, name: str, value: Any) -> None:
         """Sets attribute ``name`` to ``value`` (a Module, or a list, tuple or dict of
@@ -757,7 +819,9 @@ class Module:
             )
         self._register_kind(name, value, Kind.MODULE)
 
-    def _register_kind(self, name: str, value: Any, kind: Kind, *, assigned: bool = False) -> None:
+    def _register_kind(
+        self, name: str, value: Any, kind: Kind, *, assigned: bool = False, sharding: Any = None
+    ) -> None:
         cls = type(self).__qualname__
         if not isinstance(name, str) or not name.isidentifier():
             raise TypeError(f"{cls}: attribute names must be identifiers, got {name!r}")
@@ -774,7 +838,10 @@ class Module:
                 f"{cls}: attribute {name!r} already exists as OTHERS (configuration); "
                 "register it before assigning it"
             )
-        _DEF_SLOT.__set__(self, layout.with_kind(name, kind).stale)
+        axes = None
+        if sharding is not None:
+            axes = _checked_axes(sharding, kind, value, f"{cls}.{name}")
+        _DEF_SLOT.__set__(self, layout.with_kind(name, kind, axes).stale)
         self.__dict__[name] = value
 
     def __setattr__(self, name: str, value: Any) -> None:
