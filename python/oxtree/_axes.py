@@ -7,7 +7,7 @@ attribute in a module's aux data, and :mod:`oxtree.sharding` turns it into
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["Axes"]
@@ -26,6 +26,13 @@ def _entry(value: Any, where: str) -> AxisEntry:
         f"{where}: each dimension's entry is None (replicated), an axis name (a str) or a "
         f"tuple of axis names, got {type(value).__name__}: {value!r}"
     )
+
+
+def _is_partition_spec(value: Any) -> bool:
+    """Whether ``value`` is a ``jax.sharding.PartitionSpec`` (``jax.P``), without importing
+    JAX."""
+    cls = type(value)
+    return cls.__name__ in ("PartitionSpec", "P") and cls.__module__.partition(".")[0] == "jax"
 
 
 class Axes:
@@ -67,7 +74,7 @@ class Axes:
                 f"{where}: sharding takes one entry per dimension (a tuple such as "
                 f"({value!r},)), got the str {value!r}"
             )
-        if type(value).__name__ == "PartitionSpec" or isinstance(value, tuple | list):
+        if _is_partition_spec(value) or isinstance(value, tuple | list):
             return cls(*(_entry(e, f"{where}: sharding[{i}]") for i, e in enumerate(value)))
         raise TypeError(
             f"{where}: sharding is a tuple of axis names (None for a replicated dimension), an "
@@ -77,7 +84,7 @@ class Axes:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def __iter__(self) -> Iterable[AxisEntry]:  # type: ignore[override]
+    def __iter__(self) -> Iterator[AxisEntry]:
         return iter(self.entries)
 
     def __eq__(self, other: object) -> bool:

@@ -447,7 +447,7 @@ def axes_note(item: Item) -> str:
     """``@('embed', 'mlp')`` after a Module attribute's leaf when the attribute carries a
     sharding annotation (its ``name_to_axes`` entry), else nothing."""
     parent = item.parent
-    if parent is None or not isinstance(item.key, GetAttrKey):
+    if parent is None or not isinstance(item.key, GetAttrKey) or array_shape(item.obj) is None:
         return ""
     axes = getattr(
         getattr(getattr(parent.obj, "_oxtree_def", None), "layout", None), "name_to_axes", None
