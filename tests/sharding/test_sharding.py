@@ -287,3 +287,20 @@ def test_filter_jit_keep_unused_and_out_shardings_prefix_error() -> None:
     g = filter_jit(lambda a: {"x": a}, out_shardings={"x": {"y": s}})
     with pytest.raises(ValueError, match=r"out_shardings is no prefix"):
         g(jnp.ones(()))
+
+
+def test_the_worked_example_runs() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "sharded_transformer.py"), "--steps", "4"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=_env(),
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "8 devices"
+    difference = float(next(x for x in lines if x.startswith("max difference")).split()[-1])
+    assert difference < 1e-4
+    assert "equal True, tied True" in lines[-1]
