@@ -107,3 +107,8 @@ class Axes:
                 f"there has {ndim} dimensions; give one entry per dimension (None for a "
                 "replicated one)"
             )
+
+
+# Public as oxtree.Axes and oxtree.module.Axes: reprs, pickles and documentation tools name it
+# there.
+Axes.__module__ = "oxtree.module"

@@ -349,12 +349,23 @@ def _declared(cls: type) -> tuple[_Layout, dict[str, Any]]:
     return layout, defaults
 
 
+def _globals_of(klass: type) -> dict[str, Any]:
+    """The globals of the first function defined in ``klass`` (empty when it has none)."""
+    for value in vars(klass).values():
+        names = getattr(value, "__globals__", None)
+        if isinstance(names, dict):
+            return dict(names)
+    return {}
+
+
 def _annotation_kind(klass: type, name: str, ann: Any) -> tuple[Kind | None, Axes | None]:
     """The kind an annotation gives, and the :class:`Axes` it carries (if any)."""
     if isinstance(ann, str):
         module = sys.modules.get(klass.__module__)
+        # A module loaded from a file without a sys.modules entry: its functions' globals.
+        found = dict(vars(module)) if module else _globals_of(klass)
         try:
-            ann = eval(ann, dict(vars(module)) if module else {}, dict(vars(klass)))
+            ann = eval(ann, found, dict(vars(klass)))
         except Exception:
             match = _ANNOTATION_STRING.match(ann)
             return (

@@ -25,10 +25,10 @@ annotations into JAX's shardings for a whole graph of modules and containers:
 ...         self.register_parameter('b', np.zeros(8, np.float32))
 >>> specs = partition_specs(Dense())
 >>> specs.w, specs.b
-(PartitionSpec('embed', 'mlp'), PartitionSpec())
+(P('embed', 'mlp'), P())
 >>> with logical_axis_rules([('embed', None), ('mlp', 'model')]):
 ...     partition_specs(Dense()).w
-PartitionSpec(None, 'model')
+P(None, 'model')
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def partition_specs(tree: Any, /, *, rules: Rules | None = None) -> Any:
     ...         self.register_parameter('w', np.ones((2, 3)), sharding=(None, 'mlp'))
     ...         self.n = 3
     >>> partition_specs({'proj': Proj(), 'step': 0})
-    {'proj': Proj(w=PartitionSpec(None, 'mlp')), 'step': None}
+    {'proj': Proj(w=P(None, 'mlp')), 'step': None}
     """
     _, specs, graphdef = _specs(tree, rules, "partition_specs")
     return graph_unflatten(graphdef, specs)
@@ -251,7 +251,7 @@ def named_shardings(tree: Any, mesh: Mesh, /, *, rules: Rules | None = None) -> 
     ...         self.register_parameter('w', np.ones((2, 8)), sharding=(None, 'model'))
     >>> mesh = jax.make_mesh((1,), ('model',), devices=jax.devices()[:1])
     >>> named_shardings(Proj(), mesh).w.spec
-    PartitionSpec(None, 'model')
+    P(None, 'model')
     """
     _, out, graphdef = _named(tree, mesh, rules, "named_shardings")
     return graph_unflatten(graphdef, out)
@@ -271,7 +271,7 @@ def abstract_sharded(tree: Any, mesh: Mesh, /, *, rules: Rules | None = None) ->
     ...         self.register_parameter('w', np.ones((2, 8), np.float32), sharding=(None, 'm'))
     >>> mesh = jax.make_mesh((1,), ('m',), devices=jax.devices()[:1])
     >>> abstract_sharded(Proj(), mesh).w.sharding.spec
-    PartitionSpec(None, 'm')
+    P(None, 'm')
     """
     leaves, shardings, graphdef = _named(tree, mesh, rules, "abstract_sharded")
     return graph_unflatten(
@@ -365,7 +365,7 @@ def filter_shard(tree: Any, shardings: Any, /, *, rules: Rules | None = None) ->
     ...         self.register_parameter('w', np.ones((2, 8), np.float32), sharding=(None, 'm'))
     >>> mesh = jax.make_mesh((1,), ('m',), devices=jax.devices()[:1])
     >>> filter_shard(Proj(), mesh).w.sharding.spec
-    PartitionSpec(None, 'm')
+    P(None, 'm')
     """
     if isinstance(shardings, Mesh):
         leaves, per_leaf, graphdef = _named(tree, shardings, rules, "filter_shard")
@@ -416,7 +416,7 @@ def init_sharded(
     ...         self.register_parameter('w', w, sharding=(None, 'm'))
     >>> mesh = jax.make_mesh((1,), ('m',), devices=jax.devices()[:1])
     >>> init_sharded(Proj, mesh, Rngs(0)).w.sharding.spec
-    PartitionSpec(None, 'm')
+    P(None, 'm')
     """
     from oxtree.jax import filter_eval_shape, filter_jit
 
