@@ -72,8 +72,10 @@ fmt: $(STAMP)
 	$(VENV)/bin/ruff check --fix python tests benchmarks examples tools fuzz
 
 # tools/check_architecture.py: docs/architecture.md cites only files and names that exist.
+# tools/check_floors.py: the core's files import no circle and stand on their floors.
 test: lint build
 	$(PY) tools/check_architecture.py
+	$(PY) tools/check_floors.py --quiet
 	cargo test --quiet
 	$(PY) -m mypy.stubtest oxtree._core
 	$(PY) -X dev -m pytest -q

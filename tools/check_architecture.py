@@ -12,7 +12,7 @@
   relative to the entry's folder, or else to the folder at the left margin above it.
 - Paths in the text: a backticked span, or a bare word, that contains a `/` and ends in a
   file extension or in `/` is relative to the repository root, or the end of a path of the
-  repository (`treespec/prefix.rs`, as the text names files of the crate). A backticked file
+  repository (`treespec/select.rs`, as the text names files of the crate). A backticked file
   name with no folder (`flatten.rs`) must be the name of some file of the repository.
 - `make X` in backticks: X is a target of the Makefile.
 - Code names: a backticked span, in the text or the file map, that is an identifier path

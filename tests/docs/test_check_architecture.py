@@ -40,9 +40,9 @@ crates/oxtree/src/
   treespec/flatten.rs        the walk, `Flattener<P, NONE_LEAF>`
 ```
 
-`flatten::leaf_sequence`, `PyTreeSpec::derive`, `TreeError::Internal`, `internal!`,
+`flatten::leaf_sequence`, `PyTreeSpec::derive`, `TreeError::Mutated`, `internal!`,
 `types::PlainNew`, `GraphDef._layout()`, `oxtree._core.jax`, `oxtree.tree_util.tree_map`,
-`flatten.rs`, `treespec/prefix.rs`, tools/compat.py, `make test`, `make compat-jax`,
+`flatten.rs`, `treespec/select.rs`, tools/compat.py, `make test`, `make compat-jax`,
 `sys.setrecursionlimit`, `optree._C`, `oxtree.X`, `__new__.__code__`, `tp_clear`,
 `tree[1]['b']`, `(entry, type, kind)`, `i - 1`, a `PyTreeSpec` split over
 a line as `Mismatch at key path: tree[1] (in

@@ -1,6 +1,6 @@
 """Rules on the Rust core's source that keep two promises true as the code changes.
 
-- Every ``unsafe`` block of the core lives in ``crates/oxtree/src/ffi.rs``, behind typed safe
+- Every ``unsafe`` block of the core lives in ``crates/oxtree/src/ffi/``, behind typed safe
   wrappers, each with its ``SAFETY:`` contract stated once (docs/architecture.md, "Unsafe code").
 - No invariant failure surfaces as pyo3's ``PanicException`` (a ``BaseException`` that
   ``except Exception`` does not catch): the core returns a ``SystemError`` that asks for a
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "crates" / "oxtree" / "src"
-FFI = SRC / "ffi.rs"
+FFI = SRC / "ffi"
 
 # (file relative to SRC, a piece of the line): why the panic cannot happen or is acceptable.
 ALLOWED_PANICS = {
@@ -63,8 +63,13 @@ def code_lines(path: Path) -> list[tuple[int, str]]:
     return out
 
 
+def ffi_files() -> list[Path]:
+    return sorted(FFI.rglob("*.rs"))
+
+
 def test_the_sources_are_found():
-    assert FFI.exists()
+    assert FFI.is_dir()
+    assert ffi_files()
     assert len(rust_files()) > 20
 
 
@@ -72,25 +77,26 @@ def test_unsafe_appears_only_in_ffi():
     found = [
         f"{path.relative_to(SRC)}:{number}: {code.strip()}"
         for path in rust_files()
-        if path != FFI
+        if FFI not in path.parents
         for number, code in code_lines(path)
         if UNSAFE.search(code)
     ]
-    assert not found, "unsafe outside crates/oxtree/src/ffi.rs:\n" + "\n".join(found)
+    assert not found, "unsafe outside crates/oxtree/src/ffi/:\n" + "\n".join(found)
 
 
 def test_every_unsafe_block_in_ffi_states_its_contract():
-    lines = FFI.read_text().splitlines()
     missing = []
-    for i, line in enumerate(lines):
-        code = line.split("//", 1)[0]
-        if not UNSAFE.search(code) or re.search(r"\bunsafe fn\b", code):
-            continue
-        # The contract is the comment right above (`// SAFETY:`), or for an `unsafe fn` its
-        # `# Safety` section.
-        above = "\n".join(lines[max(0, i - 12) : i + 1])
-        if "SAFETY:" not in above:
-            missing.append(f"ffi.rs:{i + 1}: {line.strip()}")
+    for path in ffi_files():
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            code = line.split("//", 1)[0]
+            if not UNSAFE.search(code) or re.search(r"\bunsafe fn\b", code):
+                continue
+            # The contract is the comment right above (`// SAFETY:`), or for an `unsafe fn`
+            # its `# Safety` section.
+            above = "\n".join(lines[max(0, i - 12) : i + 1])
+            if "SAFETY:" not in above:
+                missing.append(f"{path.relative_to(SRC)}:{i + 1}: {line.strip()}")
     assert not missing, "unsafe without a SAFETY comment:\n" + "\n".join(missing)
 
 

@@ -2,14 +2,12 @@
 
 use std::fmt;
 
-use pyo3::exceptions::{
-    PyIndexError, PyRecursionError, PyRuntimeError, PySystemError, PyTypeError, PyValueError,
-};
+use pyo3::exceptions::{PyIndexError, PyRecursionError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
+use crate::face::Face;
 use crate::kind::Kind;
-use crate::treespec::Face;
 
 /// What a treespec node expects, copied out of the node for a message.
 #[derive(Debug)]
@@ -100,8 +98,6 @@ pub enum TreeError {
     TooDeep { path: String, limit: usize },
     /// A container changed size while it was being walked.
     Mutated { path: String, what: &'static str },
-    /// An invariant of oxtree's own failed: a bug, reported as SystemError, never a panic.
-    Internal(String),
     /// A bad argument.
     Type(String),
     /// A bad value (of a pickled state, a composition...).
@@ -111,40 +107,6 @@ pub enum TreeError {
     /// A result too large to allocate (its size came from the input).
     Memory(String),
 }
-
-/// An `Err` of `TreeError::Internal` naming the broken invariant: what code reachable from
-/// Python uses instead of `expect`/`unwrap`/`unreachable!`.
-#[macro_export]
-macro_rules! internal {
-    ($($arg:tt)*) => {
-        ::pyo3::PyErr::from($crate::errors::TreeError::Internal(format!($($arg)*)))
-    };
-}
-
-/// `value`, or a SystemError naming the invariant `what` when it is None.
-#[cold]
-#[inline(never)]
-fn missing(what: &str) -> PyErr {
-    internal!("{what}")
-}
-
-/// Unwraps an invariant: Some/Ok, else a SystemError saying `what` was expected.
-pub trait Invariant<T> {
-    fn invariant(self, what: &str) -> PyResult<T>;
-}
-
-impl<T> Invariant<T> for Option<T> {
-    #[inline]
-    fn invariant(self, what: &str) -> PyResult<T> {
-        match self {
-            Some(v) => Ok(v),
-            None => Err(missing(what)),
-        }
-    }
-}
-
-const REPORT: &str = "This is a bug in oxtree: please report this to oxtree with the code \
-                      that raised it.";
 
 /// `repr(obj)`, or `<T object>` when its `__repr__` fails.
 #[cold]
@@ -174,7 +136,7 @@ pub fn key_difference<'py>(
             out.append(k)?;
         }
     }
-    crate::treespec::flatten::sort_keys(&out, false)
+    crate::treespec::dict_order::sort_keys(&out, false)
 }
 
 /// optree's name of a node's type in treespec messages (`NodeKindToString`).
@@ -402,7 +364,7 @@ fn render_spec_structure(
                 .as_ref()
                 .map(|k| k.bind(py).clone())
                 .unwrap_or_else(empty);
-            let sorted = crate::treespec::flatten::sort_keys(&gk, false)?;
+            let sorted = crate::treespec::dict_order::sort_keys(&gk, false)?;
             format!(
                 "dictionary key mismatch; expected key(s): {}, got key(s): {}{}.",
                 repr(ek.as_any()),
@@ -512,7 +474,6 @@ impl fmt::Display for TreeError {
                     "the {what} at {path} changed size while the tree was walked"
                 )
             }
-            TreeError::Internal(what) => write!(f, "internal error: {what}.\n{REPORT}"),
             TreeError::Type(msg) | TreeError::Value(msg) | TreeError::Index(msg) => {
                 f.write_str(msg)
             }
@@ -532,7 +493,6 @@ impl From<TreeError> for PyErr {
             | TreeError::Value(_) => PyValueError::new_err(msg),
             TreeError::Cycle { .. } | TreeError::TooDeep { .. } => PyRecursionError::new_err(msg),
             TreeError::Mutated { .. } => PyRuntimeError::new_err(msg),
-            TreeError::Internal(_) => PySystemError::new_err(msg),
             TreeError::Type(_) => PyTypeError::new_err(msg),
             TreeError::Index(_) => PyIndexError::new_err(msg),
             TreeError::Memory(_) => pyo3::exceptions::PyMemoryError::new_err(msg),
@@ -595,7 +555,5 @@ mod tests {
         assert!(e
             .to_string()
             .starts_with("cycle detected: the container at tree[1]"));
-        let e = TreeError::Internal("a node without keys".into());
-        assert!(e.to_string().contains("please report this to oxtree"));
     }
 }

@@ -23,11 +23,9 @@ use pyo3::types::{PyDict, PyTuple, PyType};
 use pyo3::PyTraverseError;
 
 use crate::errors::{type_name, TreeError};
+use crate::face::options::Options;
 use crate::graph::{self, GraphDef};
-use crate::treespec::flatten::Options;
-use crate::treespec::{self as ts};
 use crate::types;
-use crate::walk;
 
 /// The previous call's structure and what it found for it: a training loop calls with one
 /// structure, and comparing with it (a pointer compare per node and per leaf type) is cheaper
@@ -112,8 +110,8 @@ fn split<'py>(
     Ok(Split {
         types,
         same,
-        arrays: ts::tuple_from_vec(py, arrays)?,
-        statics: ts::tuple_from_vec(py, statics)?,
+        arrays: crate::containers::tuple_from_vec(py, arrays)?,
+        statics: crate::containers::tuple_from_vec(py, statics)?,
         aliased,
     })
 }
@@ -229,7 +227,7 @@ impl FilterJitCore {
             args.clone()
         };
         if s.aliased {
-            let leaves = walk::list_from_vec(py, leaves);
+            let leaves = crate::containers::list_from_vec(py, leaves);
             let call = (entry, s.statics, s.arrays, leaves, roots);
             return slf.call_method1(intern!(py, "_call_aliased"), call);
         }
@@ -253,7 +251,7 @@ impl FilterJitCore {
             // Nothing to write back and no static leaves to merge: the arrays are the leaves.
             return graph::graph_unflatten(&direct, &out_arrays);
         }
-        let leaves = walk::list_from_vec(py, leaves);
+        let leaves = crate::containers::list_from_vec(py, leaves);
         out.call_method1(intern!(py, "finish"), (out_arrays, leaves, roots))
     }
 

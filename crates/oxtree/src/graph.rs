@@ -26,14 +26,16 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use pyo3::PyTraverseError;
 
-use crate::errors::{type_name, Invariant, TreeError};
+use crate::errors::{type_name, TreeError};
+use crate::face::options::Options;
+use crate::face::Face;
+use crate::invariant::Invariant;
 use crate::kind::Kind;
 use crate::registry;
-use crate::treespec::flatten::{self, Options};
+use crate::treespec::flatten;
 use crate::treespec::keys::{self, KeyStyle};
-use crate::treespec::{self as ts, Face, Node, PyTreeSpec};
+use crate::treespec::{Node, PyTreeSpec};
 use crate::types;
-use crate::walk;
 
 /// The module's `_rebuild_graphdef`, kept when `oxtree._core` is initialised (`lib.rs`), for
 /// `__reduce__` (see `treespec::pickle::REBUILD`).
@@ -149,7 +151,7 @@ fn fill<'py>(
             Ok(())
         }
         Kind::Deque => {
-            target.call_method1("extend", (ts::unflatten_list(py, children),))?;
+            target.call_method1("extend", (crate::containers::unflatten_list(py, children),))?;
             Ok(())
         }
         Kind::Custom => {
@@ -158,7 +160,7 @@ fn fill<'py>(
             ty.call_method1(pyo3::intern!(py, "_oxtree_graph_fill_"), args)?;
             Ok(())
         }
-        _ => ts::fill_mapping(py, target, node, &children, Face::Optree),
+        _ => crate::treespec::unflatten::fill_mapping(py, target, node, &children, Face::Optree),
     }
 }
 
@@ -224,7 +226,12 @@ impl<'py> Rebuild<'_, 'py> {
             (Some(obj), true) => fill(self.py, &obj, node, self.values(i)?)?,
             (None, true) => {
                 let values = self.values(i)?.into_iter();
-                self.objs[i] = Some(ts::make_node(self.py, Face::Optree, node, values)?);
+                self.objs[i] = Some(crate::treespec::unflatten::make_node(
+                    self.py,
+                    Face::Optree,
+                    node,
+                    values,
+                )?);
             }
             // Held up: a mutable container exists from now on, to be filled later.
             (None, false) if is_mutable(self.py, node) => {
@@ -382,14 +389,14 @@ pub fn graph_flatten<'py>(
     jax_registry: Option<bool>,
     with_keys: bool,
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, GraphDef>)> {
-    walk::check_is_leaf(is_leaf)?;
+    crate::face::options::check_is_leaf(is_leaf)?;
     let opts = Options {
         with_keys,
         ..Options::new(is_leaf, none_is_leaf, namespace).with_jax_registry(jax_registry)
     };
     let roots: Vec<Bound<'py, PyAny>> = roots.iter().collect();
     let (leaves, gd) = flatten_roots(py, &roots, &opts)?;
-    Ok((walk::list_from_vec(py, leaves), gd))
+    Ok((crate::containers::list_from_vec(py, leaves), gd))
 }
 
 /// The leaves and graphdef of `roots`, flattened as one graph (`graph_flatten`'s work).
@@ -408,14 +415,14 @@ pub(crate) fn flatten_roots<'py>(
         .map(|&(leaf, ordinal)| (leaf, positions[ordinal as usize]))
         .collect();
     let acyclic = g.flat.acyclic;
-    let skeleton = walk::flat_spec(py, &mut g.flat, opts)?;
+    let skeleton = crate::treespec::flatten::flat_spec(py, &mut g.flat, opts)?;
     let gd = GraphDef {
         skeleton: skeleton.unbind(),
         num_roots: roots.len(),
         refs,
         hash: OnceLock::new(),
     };
-    let gd = walk::untracked_if(Bound::new(py, gd)?, acyclic);
+    let gd = crate::treespec::flatten::untracked_if(Bound::new(py, gd)?, acyclic);
     Ok((g.flat.leaves, gd))
 }
 
@@ -442,11 +449,11 @@ pub fn graph_unflatten<'py>(
         ))
     })?;
     let gd = gd.get();
-    let (_, leaves) = ts::collect_leaves(leaves)?;
+    let (_, leaves) = crate::treespec::unflatten::collect_leaves(leaves)?;
     let expected = gd.num_leaves(py);
     if leaves.len() != expected {
         return Err(TreeError::LeafCount {
-            face: crate::treespec::Face::Optree,
+            face: crate::face::Face::Optree,
             what: "GraphDef",
             expected,
             got: leaves.len(),
@@ -454,7 +461,7 @@ pub fn graph_unflatten<'py>(
         .into());
     }
     if gd.refs.is_empty() {
-        ts::build(py, gd.spec(py), leaves)
+        crate::treespec::unflatten::build(py, gd.spec(py), leaves)
     } else {
         rebuild_shared(py, gd, leaves)
     }
@@ -474,12 +481,15 @@ fn repr(gd: &GraphDef, py: Python<'_>) -> PyResult<String> {
         .ref_at()
         .map(|(leaf, target)| (leaf_pos[leaf], format!("<ref {}>", gd.path_of(py, target))))
         .collect();
-    let mut body = ts::repr_body_labelled(spec, py, &|i| labels.get(&i).cloned())?;
+    let mut body = crate::treespec::repr::body_labelled(spec, py, &|i| labels.get(&i).cloned())?;
     if gd.num_roots != 1 {
         // The skeleton's root tuple stands for the roots: print them as arguments.
         body = format!("roots={body}");
     }
-    Ok(format!("GraphDef({body}{})", ts::repr_options(spec)))
+    Ok(format!(
+        "GraphDef({body}{})",
+        crate::treespec::repr::options(spec)
+    ))
 }
 
 #[pymethods]

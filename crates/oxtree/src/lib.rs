@@ -3,17 +3,21 @@
 //! This file only declares the module: every function, class and constant Python sees is
 //! listed below, in one place. The logic lives in modules named by noun.
 
+mod algebra;
+mod containers;
 mod errors;
 mod face;
 mod ffi;
 mod filter_jit;
 mod graph;
+mod invariant;
 mod jax_registry;
 mod key_classes;
 mod kind;
 mod path_text;
 mod pattern;
 mod plugins;
+mod prefix;
 mod registry;
 mod spare;
 mod treespec;
@@ -49,7 +53,7 @@ mod _core {
 
     // Treespecs, and the function their pickles call to rebuild one.
     #[pymodule_export]
-    use crate::treespec::{rebuild_treespec, PyTreeSpec};
+    use crate::treespec::{pickle::rebuild_treespec, PyTreeSpec};
 
     // The registry of node types.
     #[pymodule_export]
@@ -85,18 +89,18 @@ mod _core {
 
     // Prefix errors, in either face's words.
     #[pymodule_export]
-    use crate::treespec::prefix::{_prefix_errors, PrefixError};
+    use crate::prefix::{_prefix_errors, PrefixError};
 
     // The tree algebra both faces share: broadcasting, reductions, transpose, a type's node
     // kind and rebuilding one registered node.
     #[pymodule_export]
-    use crate::treespec::algebra::{
+    use crate::algebra::{
         _broadcast_common, _broadcast_prefix, _node_kind, _tree_all, _tree_reduce,
         _tree_reduce_associative, _tree_transpose, _unflatten_node,
     };
 
     #[pymodule_export]
-    const MAX_RECURSION_DEPTH: usize = crate::treespec::MAX_DEPTH;
+    const MAX_RECURSION_DEPTH: usize = crate::treespec::flatten::MAX_DEPTH;
     #[pymodule_export]
     const NONE_IS_LEAF: bool = true;
     #[pymodule_export]

@@ -7,51 +7,17 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple};
 
+use crate::containers::list_from_vec;
 use crate::errors::{short_repr, type_name, TreeError};
+use crate::face::options::{check_is_leaf, Options};
+use crate::face::Face;
+use crate::kind::Kind;
 use crate::pattern::{Matcher, PathPattern, NO_MATCH};
 use crate::registry;
-use crate::treespec::flatten::{self, Class, Flat, Options, Walked};
+use crate::treespec::classify::{self, Class};
+use crate::treespec::flatten::{self, flat_spec, spec_of, Flat, Walked};
 use crate::treespec::keys::{self, KeyStyle};
-use crate::treespec::{select, Face, PyTreeSpec};
-
-/// A list that takes over the references in `items`.
-pub fn list_from_vec<'py>(py: Python<'py>, items: Vec<Bound<'py, PyAny>>) -> Bound<'py, PyList> {
-    crate::treespec::unflatten_list(py, items)
-}
-
-pub fn check_is_leaf(is_leaf: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-    match is_leaf {
-        Some(f) if !f.is_callable() => Err(TreeError::Type(format!(
-            "is_leaf must be a callable or None, got {}",
-            type_name(f)
-        ))
-        .into()),
-        _ => Ok(()),
-    }
-}
-
-fn namespace_of(flat_namespaced: bool, namespace: &str) -> String {
-    if flat_namespaced {
-        namespace.to_owned()
-    } else {
-        String::new()
-    }
-}
-
-/// The treespec a walk produced (its nodes, with the registrations they point to), with the
-/// options it was made under.
-pub fn spec_of(
-    flat_nodes: crate::treespec::Nodes,
-    namespaced: bool,
-    opts: &Options<'_, '_>,
-) -> PyTreeSpec {
-    PyTreeSpec::new(
-        flat_nodes,
-        opts.none_is_leaf,
-        namespace_of(namespaced, opts.namespace),
-    )
-    .with_face(opts.face)
-}
+use crate::treespec::{select, PyTreeSpec};
 
 /// `(leaves, treespec)` under `opts`.
 pub fn flatten_impl<'py>(
@@ -62,26 +28,12 @@ pub fn flatten_impl<'py>(
     let walked =
         registry::with_registry(|reg| flatten::flatten_or_sequence::<true, true>(tree, opts, reg))?;
     Ok(match walked {
-        Walked::Sequence(kind, n) => (
-            items_list(tree)?,
-            flat_spec(tree.py(), &mut Flat::leaf_sequence(kind, n), opts)?,
-        ),
+        Walked::Sequence(kind, n) => (items_list(tree)?, sequence_spec(tree.py(), kind, n, opts)?),
         Walked::Flat(mut flat) => {
             let spec = flat_spec(tree.py(), &mut flat, opts)?;
             (list_from_vec(tree.py(), flat.leaves), spec)
         }
     })
-}
-
-/// The treespec of a walk as a Python object (see `spec_into_py`), taking the walk's nodes
-/// (with their registrations) and leaving its leaves.
-pub fn flat_spec<'py>(
-    py: Python<'py>,
-    flat: &mut Flat<'py>,
-    opts: &Options<'_, 'py>,
-) -> PyResult<Bound<'py, PyTreeSpec>> {
-    let spec = spec_of(std::mem::take(&mut flat.nodes), flat.namespaced, opts);
-    spec_into_py(py, spec, flat.acyclic)
 }
 
 /// A new list of the items of an exact tuple or list (a `Walked::Sequence` tree).
@@ -93,28 +45,6 @@ fn items_list<'py>(seq: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
         Ok(tuple) => crate::ffi::list_from(seq.py(), tuple.iter()),
         Err(_) => Err(crate::internal!("a leaf sequence that is no tuple or list")),
     }
-}
-
-/// The treespec as a Python object, untracked by the collector when it holds nothing that
-/// could be part of a cycle (most treespecs: leaves, tuples, lists, dicts with str keys).
-/// Measured on a gpt2-like dict flatten: the collector's passes over young treespecs were a
-/// tenth of the time.
-pub fn spec_into_py(
-    py: Python<'_>,
-    spec: PyTreeSpec,
-    acyclic: bool,
-) -> PyResult<Bound<'_, PyTreeSpec>> {
-    Ok(untracked_if(Bound::new(py, spec)?, acyclic))
-}
-
-/// A new immutable object (treespec, graphdef), untracked by the collector when `acyclic`
-/// says nothing it holds could be part of a cycle.
-pub fn untracked_if<T>(obj: Bound<'_, T>, acyclic: bool) -> Bound<'_, T> {
-    if acyclic {
-        // Nothing it holds can reach it back.
-        crate::ffi::untrack(&obj);
-    }
-    obj
 }
 
 /// The leaves under `opts`.
@@ -141,11 +71,42 @@ pub fn structure_impl<'py>(
     let walked = registry::with_registry(|reg| {
         flatten::flatten_or_sequence::<true, false>(tree, opts, reg)
     })?;
-    let mut flat = match walked {
-        Walked::Sequence(kind, n) => Flat::leaf_sequence(kind, n),
-        Walked::Flat(flat) => flat,
-    };
-    flat_spec(tree.py(), &mut flat, opts)
+    match walked {
+        Walked::Sequence(kind, n) => sequence_spec(tree.py(), kind, n, opts),
+        Walked::Flat(mut flat) => flat_spec(tree.py(), &mut flat, opts),
+    }
+}
+
+/// The most items of a leaf sequence whose treespec is made once and shared.
+const SHARED_SEQUENCE_MAX: usize = 16;
+
+/// The treespecs of tuples and lists of up to `SHARED_SEQUENCE_MAX` leaves, made on first use,
+/// by (list, none_is_leaf, JAX face, length). A treespec is immutable and compared by value,
+/// so every such flatten can hand out the same one: making and freeing it (its node vector,
+/// the object) was a third of a 3-leaf tuple's flatten (callgrind: 2,436 instructions).
+static SEQUENCE_SPECS: [pyo3::sync::PyOnceLock<Py<PyTreeSpec>>; 8 * (SHARED_SEQUENCE_MAX + 1)] =
+    [const { pyo3::sync::PyOnceLock::new() }; 8 * (SHARED_SEQUENCE_MAX + 1)];
+
+/// The treespec of a `Walked::Sequence`: a tuple or list (`kind`) of `n` leaves.
+fn sequence_spec<'py>(
+    py: Python<'py>,
+    kind: Kind,
+    n: usize,
+    opts: &Options<'_, 'py>,
+) -> PyResult<Bound<'py, PyTreeSpec>> {
+    let make = || flat_spec(py, &mut Flat::leaf_sequence(kind, n), opts);
+    if n > SHARED_SEQUENCE_MAX {
+        return make();
+    }
+    let class = usize::from(kind == Kind::List) * 4
+        + usize::from(opts.none_is_leaf) * 2
+        + usize::from(opts.face == Face::Jax);
+    let slot = &SEQUENCE_SPECS[class * (SHARED_SEQUENCE_MAX + 1) + n];
+    if let Some(spec) = slot.get(py) {
+        return Ok(spec.bind(py).clone());
+    }
+    let spec = make()?;
+    Ok(slot.get_or_init(py, || spec.unbind()).bind(py).clone())
 }
 
 /// `tree_unflatten(treespec, leaves)` with a clear error for a non-treespec.
@@ -159,7 +120,7 @@ pub fn unflatten_impl<'py>(
             type_name(treespec)
         ))
     })?;
-    crate::treespec::unflatten_iterable(spec.get(), leaves)
+    crate::treespec::unflatten::unflatten_iterable(spec.get(), leaves)
 }
 
 /// `tree_map` under `opts`; with `keep_results == false` (`tree_map_`) nothing is rebuilt.
@@ -198,7 +159,7 @@ pub fn map_impl<'py>(
                 let mut args = Vec::with_capacity(others.len() + 1);
                 args.push(leaf.clone());
                 args.extend(others.iter().map(|o| o[i].clone()));
-                func.call1(crate::treespec::tuple_from_vec(py, args)?)?
+                func.call1(crate::containers::tuple_from_vec(py, args)?)?
             };
             if keep_results {
                 results.push(r);
@@ -206,7 +167,7 @@ pub fn map_impl<'py>(
         }
     }
     if keep_results {
-        Ok(Some(crate::treespec::build(py, &spec, results)?))
+        Ok(Some(crate::treespec::unflatten::build(py, &spec, results)?))
     } else {
         Ok(None)
     }
@@ -226,10 +187,10 @@ fn flatten_rests<'py>(
     let mut others = Vec::with_capacity(rests.len());
     for (i, rest) in rests.iter().enumerate() {
         let which = format!("rests[{i}]");
-        match crate::treespec::flatten_up_to(spec, &rest, reg, Some(&which)) {
+        match crate::treespec::traverse::flatten_up_to(spec, &rest, reg, Some(&which)) {
             Ok(found) => others.push(found),
             Err(err) if spec.face == Face::Jax && err.is_instance_of::<PyValueError>(tree.py()) => {
-                let errors = crate::treespec::prefix::prefix_errors(tree, &rest, opts, reg)?;
+                let errors = crate::prefix::prefix_errors(tree, &rest, opts, reg)?;
                 return Err(match errors.first() {
                     Some(first) => PyValueError::new_err(first.render(&format!("{caller} tree"))),
                     None => err,
@@ -269,7 +230,7 @@ pub fn is_leaf_impl(
     let seen_by = crate::jax_registry::Sighting::default();
     registry::with_registry(|reg| {
         Ok(matches!(
-            flatten::classify(
+            classify::classify(
                 tree,
                 none_is_leaf,
                 reg,
@@ -334,7 +295,7 @@ pub fn keyed_pairs_impl<'py>(
     let pairs: Vec<Bound<'py, PyAny>> = paths
         .into_iter()
         .zip(leaves)
-        .map(|(p, l)| crate::treespec::tuple_pair(py, p.into_any(), l).map(Bound::into_any))
+        .map(|(p, l)| crate::containers::tuple_pair(py, p.into_any(), l).map(Bound::into_any))
         .collect::<PyResult<_>>()?;
     Ok((list_from_vec(py, pairs), spec))
 }
@@ -366,15 +327,15 @@ pub fn map_with_paths_impl<'py>(
             args.push(path.into_any());
             args.push(leaf);
             args.extend(others.iter().map(|o| o[i].clone()));
-            func.call1(crate::treespec::tuple_from_vec(py, args)?)?
+            func.call1(crate::containers::tuple_from_vec(py, args)?)?
         };
         results.push(r);
     }
-    crate::treespec::build(py, &spec, results)
+    crate::treespec::unflatten::build(py, &spec, results)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Selecting leaves by path pattern (pattern.rs, treespec/select.rs)
+// Selecting leaves by path pattern (pattern/mod.rs, treespec/select.rs)
 
 /// Flattens `tree` under `opts` and matches `m` against every leaf's key path: for each leaf
 /// the tag of the first pattern it matches (`NO_MATCH` for none), the leaves (when `LEAVES`)
@@ -411,7 +372,7 @@ pub fn mask_impl<'py>(
         .iter()
         .map(|&h| PyBool::new(py, h != NO_MATCH).to_owned().into_any())
         .collect();
-    crate::treespec::build(py, &spec, flags)
+    crate::treespec::unflatten::build(py, &spec, flags)
 }
 
 /// The patterns of some rules, and their labels.
@@ -505,7 +466,7 @@ pub fn labels_impl<'py>(
         };
         out.push(label);
     }
-    crate::treespec::build(py, &spec, out)
+    crate::treespec::unflatten::build(py, &spec, out)
 }
 
 /// A key path as `keystr` prints it, `()` for the root.
@@ -563,5 +524,5 @@ pub fn set_matching_impl<'py>(
             _ => return Err(crate::internal!("tree_set_matching without value or func")),
         });
     }
-    crate::treespec::build(py, &spec, out)
+    crate::treespec::unflatten::build(py, &spec, out)
 }

@@ -6,11 +6,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
 use super::Given;
-use crate::errors::Invariant;
 use crate::errors::TreeError;
-use crate::treespec::flatten::Options;
+use crate::face::options::Options;
+use crate::face::Face;
+use crate::invariant::Invariant;
 use crate::treespec::keys::KeyStyle;
-use crate::treespec::{ops, Face, PyTreeSpec};
+use crate::treespec::{ops, PyTreeSpec};
 use crate::walk;
 
 fn jax_opts<'a, 'py>(

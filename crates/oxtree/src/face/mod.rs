@@ -4,9 +4,30 @@
 //! is a leaf, its namespace, its error language.
 
 pub mod jax;
+pub mod options;
 pub mod optree;
 
 use pyo3::prelude::*;
+
+/// Which library's semantics a treespec follows where optree and JAX differ: dict order on
+/// rebuild, deque and struct sequences as nodes or leaves, repr grammar, `node_data` and
+/// `walk` forms, and whether the three mapping kinds match each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Face {
+    Optree,
+    Jax,
+}
+
+impl Face {
+    /// The face a core entry point's `jax=` flag names.
+    pub fn of(jax: bool) -> Face {
+        if jax {
+            Face::Jax
+        } else {
+            Face::Optree
+        }
+    }
+}
 
 /// An optional argument whose every value counts, None included (`tree_set_matching`'s
 /// `value`, `tree_labels`'s `default`): the default `Given(None)` says it was left out.

@@ -5,10 +5,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
 use super::Given;
-use crate::errors::Invariant;
-use crate::treespec::flatten::Options;
+use crate::face::options::Options;
+use crate::face::Face;
+use crate::invariant::Invariant;
 use crate::treespec::keys::KeyStyle;
-use crate::treespec::{Face, PyTreeSpec};
+use crate::treespec::PyTreeSpec;
 use crate::walk;
 
 /// Flattens a tree into its leaves (dicts in sorted key order) and its structure.
@@ -180,7 +181,7 @@ pub fn tree_flatten_with_path<'py>(
     let (paths, leaves, spec) = walk::paths_impl(tree, &opts, KeyStyle::Raw)?;
     Ok((
         walk::tuples_to_list(py, paths),
-        walk::list_from_vec(py, leaves),
+        crate::containers::list_from_vec(py, leaves),
         spec,
     ))
 }
@@ -306,7 +307,7 @@ pub fn _flatten_with_steps<'py>(
     )?;
     Ok((
         walk::tuples_to_list(py, paths),
-        walk::list_from_vec(py, leaves),
+        crate::containers::list_from_vec(py, leaves),
         spec,
     ))
 }

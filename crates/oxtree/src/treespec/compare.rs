@@ -2,8 +2,9 @@
 
 use pyo3::prelude::*;
 
-use super::{Face, Node, PyTreeSpec};
+use super::{Node, PyTreeSpec};
 use crate::errors::TreeError;
+use crate::face::Face;
 use crate::kind::Kind;
 
 fn same_object(a: &Option<Py<PyAny>>, b: &Option<Py<PyAny>>) -> bool {

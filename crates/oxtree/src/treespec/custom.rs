@@ -5,42 +5,8 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::errors::{short_repr, TreeError};
-use crate::registry::{Registration, Rule};
-use crate::treespec::Face;
-
-/// The children of a registered node: the tuple or list a flatten function returned as is,
-/// or a vector of what iterating its result gave.
-pub enum Children<'py> {
-    Tuple(Bound<'py, PyTuple>),
-    List(Bound<'py, pyo3::types::PyList>),
-    Vec(Vec<Bound<'py, PyAny>>),
-}
-
-impl<'py> Children<'py> {
-    pub fn len(&self) -> usize {
-        match self {
-            Children::Tuple(t) => t.len(),
-            Children::List(l) => l.len(),
-            Children::Vec(v) => v.len(),
-        }
-    }
-
-    pub fn into_vec(self) -> Vec<Bound<'py, PyAny>> {
-        match self {
-            Children::Tuple(t) => t.iter().collect(),
-            Children::List(l) => l.iter().collect(),
-            Children::Vec(v) => v,
-        }
-    }
-}
-
-/// What flattening a registered node gives: children, aux data, and the children's keys
-/// when the registration supplies them.
-pub type Flattened<'py> = (
-    Children<'py>,
-    Bound<'py, PyAny>,
-    Option<Bound<'py, PyTuple>>,
-);
+use crate::face::Face;
+use crate::registry::{Children, Flattened, Registration, Rule};
 
 /// The children, aux data and (when known) child keys of a registered node. With
 /// `with_keys`, a registered `flatten_with_keys` is called instead of `flatten`.
@@ -148,7 +114,7 @@ pub fn dataclass_aux<'py>(
     }
     let mut values = Vec::with_capacity(meta.len());
     fields_into(py, meta, obj, &mut values)?;
-    Ok(super::tuple_from_vec(py, values)?.into_any())
+    Ok(crate::containers::tuple_from_vec(py, values)?.into_any())
 }
 
 /// The user's exception, unchanged in type, with a note saying which registered function
@@ -550,14 +516,6 @@ fn init_directly<'py>(
 
 /// The most fields `init_directly` passes (on the native stack); more go through a dict.
 const MAX_DIRECT_FIELDS: usize = crate::ffi::MAX_KW_ARGS;
-
-/// The field names of a dataclass node's children, if the rule knows them.
-pub fn child_names(reg: &Registration) -> Option<&[Py<pyo3::types::PyString>]> {
-    match &reg.rule {
-        Rule::Dataclass { data, .. } => Some(data),
-        _ => None,
-    }
-}
 
 /// Why a node of `arity` children, aux data `aux` and child keys `entries` is not one that
 /// flattening an instance under `reg` gives (None when it could be): a dataclass has one child

@@ -20,7 +20,8 @@ use std::cell::RefCell;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use super::{Face, Insertion, Node};
+use super::{Insertion, Node};
+use crate::face::Face;
 
 /// Dicts of at most this many keys are copied from templates: each template holds a
 /// table as large as the dict's, and the thread keeps `SLOTS` of them.

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyString, PyTuple};
 use smallvec::SmallVec;
 
-use super::{custom, Node, PyTreeSpec};
+use super::{Node, PyTreeSpec};
 use crate::key_classes::{DictKey, FlattenedIndexKey, GetAttrKey, SequenceKey};
 use crate::kind::Kind;
 use crate::types;
@@ -37,7 +37,7 @@ fn field_name<'py>(
         }
         Kind::Custom => node
             .custom()
-            .and_then(|r| custom::child_names(r))
+            .and_then(|r| crate::registry::child_names(r))
             .and_then(|names| names.get(j))
             .map(|n| n.bind(py).clone()),
         _ => None,

@@ -18,7 +18,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
 
-use super::custom::{Children, Flattened};
+use crate::registry::{Children, Flattened};
 
 struct Hooks {
     /// The flatten function every Module class is registered with.

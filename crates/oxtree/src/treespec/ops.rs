@@ -3,92 +3,38 @@
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use super::{compare, Node, Nodes, PyTreeSpec};
-use crate::errors::{Invariant, SpecMismatch, TreeError};
+use super::{compare, node_vec, Node, Nodes, PyTreeSpec};
+use crate::errors::{SpecMismatch, TreeError};
+use crate::invariant::Invariant;
 use crate::kind::Kind;
 
-/// optree's node data of a node: None for sequences and None, the key list for mappings,
-/// `(factory, keys)` for a defaultdict, the maxlen of a deque, the type of a namedtuple or
-/// struct sequence, the aux data of a custom node.
-pub fn node_data<'py>(py: Python<'py>, node: &Node) -> PyResult<Bound<'py, PyAny>> {
-    let keys = || -> Bound<'py, PyAny> {
-        match node.keys() {
-            Some(k) => k.bind(py).get_slice(0, k.bind(py).len()).into_any(),
-            None => PyList::empty(py).into_any(),
+/// The treespec made by replacing every leaf of `spec` with `inner` (`PyTreeSpec.compose`).
+pub fn compose(py: Python<'_>, spec: &PyTreeSpec, inner: &PyTreeSpec) -> PyResult<PyTreeSpec> {
+    spec.check_same_options(inner, "PyTreeSpec.compose")?;
+    check_same_namespace(py, &spec.namespace, &inner.namespace, "PyTreeSpecs")?;
+    let leaves = spec.root().num_leaves;
+    let size = (leaves.checked_mul(inner.nodes.len()))
+        .and_then(|n| n.checked_add(spec.nodes.len() - leaves));
+    let mut nodes = node_vec(size, "PyTreeSpec.compose")?;
+    for (i, node) in spec.nodes.iter().enumerate() {
+        if node.kind == Kind::Leaf {
+            nodes.extend_copy(py, &inner.nodes, 0..inner.nodes.len());
+        } else {
+            nodes.push_copy(py, &spec.nodes, i).set_counts(
+                node.num_leaves * inner.num_leaves(),
+                node.num_nodes + node.num_leaves * (inner.root().num_nodes - 1),
+            );
         }
-    };
-    let data = || {
-        node.data
-            .as_ref()
-            .map(|d| d.bind(py).clone())
-            .unwrap_or_else(|| py.None().into_bound(py))
-    };
-    Ok(match node.kind {
-        Kind::Leaf | Kind::None | Kind::Tuple | Kind::List => py.None().into_bound(py),
-        Kind::Dict | Kind::OrderedDict => keys(),
-        Kind::DefaultDict => (data(), keys()).into_pyobject(py)?.into_any(),
-        Kind::Deque | Kind::NamedTuple | Kind::StructSeq => data(),
-        Kind::Custom => custom_metadata(py, node)?,
-    })
-}
-
-/// A registered node's metadata as optree shows it: the aux data, except for a registered
-/// dataclass, whose meta field values are kept alone and shown as optree's dataclasses
-/// store them, `(('name', value), ...)`.
-pub fn custom_metadata<'py>(py: Python<'py>, node: &Node) -> PyResult<Bound<'py, PyAny>> {
-    let aux = node.kept_data(py);
-    match node.custom().map(|r| &r.rule) {
-        Some(crate::registry::Rule::Dataclass { meta, .. }) => {
-            let pairs = meta
-                .iter()
-                .zip(aux.try_iter()?)
-                .map(|(name, value)| Ok((name.bind(py), value?)))
-                .collect::<PyResult<Vec<_>>>()?;
-            Ok(pyo3::types::PyTuple::new(py, pairs)?.into_any())
-        }
-        _ => Ok(aux.clone()),
     }
-}
-
-/// JAX's node data of a treespec's root: None for a leaf, else `(type, data)` where data is
-/// None for sequences and namedtuples, the sorted key list of a dict, the key tuple of an
-/// OrderedDict, `(factory, keys)` for a defaultdict, the aux data of a custom node.
-pub fn jax_node_data<'py>(py: Python<'py>, node: &Node) -> PyResult<Bound<'py, PyAny>> {
-    let none = || py.None().into_bound(py);
-    let Some(ty) = node.py_type(py) else {
-        return Ok(none());
+    let namespace = if spec.namespace.is_empty() {
+        &inner.namespace
+    } else {
+        &spec.namespace
     };
-    let keys_tuple = || {
-        node.keys()
-            .as_ref()
-            .map(|k| k.bind(py).to_tuple().into_any())
-            .unwrap_or_else(none)
-    };
-    let data = match node.kind {
-        Kind::Leaf => return Ok(none()),
-        Kind::None
-        | Kind::Tuple
-        | Kind::List
-        | Kind::NamedTuple
-        | Kind::Deque
-        | Kind::StructSeq => none(),
-        Kind::Dict => node_data(py, node)?,
-        Kind::OrderedDict => keys_tuple(),
-        Kind::DefaultDict => {
-            let factory = node
-                .data
-                .as_ref()
-                .map(|d| d.bind(py).clone())
-                .unwrap_or_else(none);
-            (factory, keys_tuple()).into_pyobject(py)?.into_any()
-        }
-        Kind::Custom => node
-            .data
-            .as_ref()
-            .map(|d| d.bind(py).clone())
-            .unwrap_or_else(none),
-    };
-    Ok((ty, data).into_pyobject(py)?.into_any())
+    if spec.namespace != inner.namespace {
+        check_merged_registrations(py, &nodes, namespace, "merged")?;
+    }
+    Ok(PyTreeSpec::new(nodes, spec.none_is_leaf, namespace.clone()).with_face(spec.face))
 }
 
 /// When node `y` can stand where node `x` is, the position in `y` of each of `x`'s children.
@@ -96,14 +42,14 @@ pub fn jax_node_data<'py>(py: Python<'py>, node: &Node) -> PyResult<Bound<'py, P
 /// (children then pair by key) and deques differ in maxlen; JAX's want the same node.
 fn matching_children(
     py: Python<'_>,
-    face: super::Face,
+    face: crate::face::Face,
     x: &Node,
     y: &Node,
 ) -> PyResult<Option<Vec<usize>>> {
     if compare::same_node(py, x, y)? {
         return Ok(Some((0..x.arity).collect()));
     }
-    if face == super::Face::Jax || x.arity != y.arity {
+    if face == crate::face::Face::Jax || x.arity != y.arity {
         return Ok(None);
     }
     if x.kind == Kind::Deque && y.kind == Kind::Deque {
@@ -575,7 +521,8 @@ pub fn from_jax_node_data(
         TreeError::Value(format!("from_node_data_and_children: {why}")).into()
     };
     let leaf = || {
-        PyTreeSpec::new(vec![Node::LEAF].into(), false, String::new()).with_face(super::Face::Jax)
+        PyTreeSpec::new(vec![Node::LEAF].into(), false, String::new())
+            .with_face(crate::face::Face::Jax)
     };
     if node_data.is_none() {
         if !children.is_empty() {
@@ -636,7 +583,7 @@ pub fn from_jax_node_data(
         }
         let mut n = Node::bare(kind, arity, 0, 0);
         if kind != Kind::OrderedDict {
-            let sorted = super::flatten::sort_keys(&keys, true)?;
+            let sorted = super::dict_order::sort_keys(&keys, true)?;
             if !sorted.iter().zip(keys.iter()).all(|(a, b)| a.is(&b)) {
                 return Err(bad("dict keys must be given in sorted order".into()));
             }
@@ -683,6 +630,6 @@ pub fn from_jax_node_data(
         Some(reg) => nodes.push_custom(node, reg),
         None => nodes.push(node),
     }
-    let shape = PyTreeSpec::new(nodes, false, String::new()).with_face(super::Face::Jax);
+    let shape = PyTreeSpec::new(nodes, false, String::new()).with_face(crate::face::Face::Jax);
     graft(py, &shape, children)
 }

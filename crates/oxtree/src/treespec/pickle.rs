@@ -5,8 +5,10 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyList, PyTuple, PyType};
 
-use super::{Face, Node, PyTreeSpec};
-use crate::errors::{Invariant, TreeError};
+use super::{Node, PyTreeSpec};
+use crate::errors::TreeError;
+use crate::face::Face;
+use crate::invariant::Invariant;
 use crate::kind::Kind;
 use crate::registry;
 use crate::types;
@@ -255,7 +257,7 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
                             "node {i}: a JAX treedef records no insertion order"
                         )));
                     }
-                    let sorted = super::flatten::sort_keys(&k, face == Face::Jax)
+                    let sorted = super::dict_order::sort_keys(&k, face == Face::Jax)
                         .map_err(|_| bad(format!("node {i}: dict keys do not sort")))?;
                     if !sorted.iter().zip(k.iter()).all(|(a, b)| a.is(&b)) {
                         if insertion.is_some() || face == Face::Jax {

@@ -17,8 +17,9 @@ use std::collections::HashMap;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString, PyTuple};
 
-use super::{pickle, Face, PyTreeSpec};
+use super::{pickle, PyTreeSpec};
 use crate::errors::TreeError;
+use crate::face::Face;
 use crate::kind::Kind;
 
 const LEAF: u64 = 1;

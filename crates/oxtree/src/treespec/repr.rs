@@ -5,8 +5,9 @@
 
 use pyo3::prelude::*;
 
-use super::{Face, PyTreeSpec};
-use crate::errors::Invariant;
+use super::PyTreeSpec;
+use crate::face::Face;
+use crate::invariant::Invariant;
 use crate::kind::Kind;
 use crate::types;
 
@@ -144,7 +145,7 @@ pub fn body_labelled(
                         .custom()
                         .invariant("a custom node without its registration")?
                         .name(py);
-                    let aux = super::ops::custom_metadata(py, node)?;
+                    let aux = super::node_data::custom_metadata(py, node)?;
                     (
                         format!("CustomTreeNode({name}[{}], [", repr_of(&aux)?),
                         "])".into(),

@@ -1,4 +1,4 @@
-//! Selecting leaves by path pattern (`pattern.rs`): for each leaf of a treespec, the first
+//! Selecting leaves by path pattern (`pattern/mod.rs`): for each leaf of a treespec, the first
 //! pattern its key path matches, in one pre-order pass over the nodes. Each node's child keys
 //! are looked at once (shared by the leaves below), as `keys.rs` makes paths, but no key
 //! object is made for the builtin containers, and a subtree no glob can reach is skipped
@@ -9,9 +9,9 @@ use pyo3::prelude::*;
 
 use super::keys::{child_key, KeyStyle};
 use super::{Node, PyTreeSpec};
-use crate::errors::{Invariant, TreeError};
+use crate::invariant::Invariant;
 use crate::kind::Kind;
-use crate::pattern::{Matcher, PathPattern, Seg, NO_MATCH};
+use crate::pattern::{Matcher, Seg, NO_MATCH};
 use crate::types;
 
 /// The key of child `j` of `node`, as its JAX-style key (`keys::child_key`) names it.
@@ -152,34 +152,4 @@ pub fn leaf_matches(
         tasks: Vec::new(),
     }
     .run()
-}
-
-/// `PathPattern._leaf_mask`: for each leaf of a treespec, or of a graphdef (its references
-/// left out), whether its key path matches.
-pub fn leaf_mask(pattern: &PathPattern, structure: &Bound<'_, PyAny>) -> PyResult<Vec<bool>> {
-    let py = structure.py();
-    let m = &pattern.matcher;
-    if let Ok(spec) = structure.cast::<PyTreeSpec>() {
-        let hits = leaf_matches(py, spec.get(), m, true)?;
-        return Ok(hits.into_iter().map(|h| h != NO_MATCH).collect());
-    }
-    if let Ok(gd) = structure.cast::<crate::graph::GraphDef>() {
-        let gd = gd.get();
-        let hits = leaf_matches(py, gd.spec(py), m, true)?;
-        let mut refs = gd.ref_at().map(|(leaf, _)| leaf).peekable();
-        let mut out = Vec::with_capacity(hits.len());
-        for (i, h) in hits.into_iter().enumerate() {
-            if refs.peek() == Some(&i) {
-                refs.next();
-            } else {
-                out.push(h != NO_MATCH);
-            }
-        }
-        return Ok(out);
-    }
-    Err(TreeError::Type(format!(
-        "_leaf_mask expects a treespec or a graphdef, got {}",
-        crate::errors::type_name(structure)
-    ))
-    .into())
 }

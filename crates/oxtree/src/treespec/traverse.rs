@@ -7,8 +7,9 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use super::{Face, Node, PyTreeSpec};
+use super::{Node, PyTreeSpec};
 use crate::errors::{Expected, Mismatch, TreeError};
+use crate::face::Face;
 use crate::kind::Kind;
 use crate::registry::Registry;
 use crate::types;
@@ -129,7 +130,9 @@ fn node_children<'py>(
             if t.len() != node.arity {
                 return Ok(Some(Mismatch::Arity { got: t.len() }));
             }
-            out.extend(t.iter());
+            if !crate::ffi::extend_with_items(out, t.as_any()) {
+                out.extend(t.iter()); // a namedtuple or struct sequence
+            }
         }
         Kind::List => {
             let Ok(l) = obj.cast_exact::<PyList>() else {
@@ -138,14 +141,14 @@ fn node_children<'py>(
             if l.len() != node.arity {
                 return Ok(Some(Mismatch::Arity { got: l.len() }));
             }
-            out.extend(l.iter());
+            crate::ffi::extend_with_items(out, l.as_any()); // an exact list (checked above)
         }
         Kind::Dict | Kind::OrderedDict | Kind::DefaultDict => {
             // Under optree's rules any of the three mapping kinds matches any other with the
             // same keys (JAX wants the same type); values are taken in the treespec's order.
             // A mapping kind is known by type alone: JAX's registry is not asked.
-            let ok = match super::flatten::classify(obj, false, registry, "", face, None)? {
-                super::flatten::Class::Node(k) => {
+            let ok = match super::classify::classify(obj, false, registry, "", face, None)? {
+                super::classify::Class::Node(k) => {
                     k.is_mapping() && (face == Face::Optree || k == node.kind)
                 }
                 _ => false,
@@ -223,7 +226,7 @@ fn node_children<'py>(
             if kids.len() != node.arity {
                 return Ok(Some(Mismatch::Arity { got: kids.len() }));
             }
-            out.extend(kids.into_vec());
+            kids.append_to(out);
         }
         Kind::Leaf | Kind::None => {
             return Err(crate::internal!(
@@ -264,7 +267,7 @@ fn key_mismatch(node: &Node, d: &Bound<'_, PyDict>, face: Face) -> PyResult<Mism
     let got = if face == Face::Jax && node.kind == Kind::OrderedDict {
         keys
     } else {
-        super::flatten::sort_keys(&keys, false)?
+        super::dict_order::sort_keys(&keys, false)?
     };
     let factory = if node.kind == Kind::DefaultDict {
         d.getattr(pyo3::intern!(py, "default_factory"))

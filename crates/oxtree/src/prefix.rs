@@ -8,11 +8,13 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PySet, PyString, PyTuple, PyType};
 
-use super::flatten::{self, Flat, Options};
-use super::{ops, Face, Node};
-use crate::errors::Invariant;
+use crate::face::options::Options;
+use crate::face::Face;
+use crate::invariant::Invariant;
 use crate::kind::Kind;
 use crate::registry::Registry;
+use crate::treespec::flatten::{self, Flat};
+use crate::treespec::Node;
 
 /// A message with holes where the caller's name for the prefix tree goes (`in_axes`).
 #[derive(Default)]
@@ -101,7 +103,7 @@ fn is_std_dict(py: Python<'_>, ty: &Bound<'_, PyType>) -> bool {
 /// sorted key tuple of a dict, the key tuple of an OrderedDict, `(factory, keys)` of a
 /// defaultdict, a custom node's aux data, None for sequences.
 fn jax_meta<'py>(py: Python<'py>, node: &Node) -> PyResult<Bound<'py, PyAny>> {
-    let data = ops::jax_node_data(py, node)?;
+    let data = crate::treespec::node_data::jax_node_data(py, node)?;
     if data.is_none() {
         return Ok(data);
     }
@@ -128,7 +130,7 @@ fn ndiff(py: Python<'_>, a: &str, b: &str) -> PyResult<String> {
 
 /// The child keys of a JAX-face node, as JAX prints them (`str(key.key)`).
 fn jax_key_strs<'py>(py: Python<'py>, node: &Node) -> PyResult<Vec<Bound<'py, PyAny>>> {
-    super::keys::node_keys(py, node, super::keys::KeyStyle::Keys)
+    crate::treespec::keys::node_keys(py, node, crate::treespec::keys::KeyStyle::Keys)
 }
 
 fn key_text(key: &Bound<'_, PyAny>) -> String {
@@ -377,7 +379,10 @@ pub fn prefix_errors<'py>(
                 }
                 let both_deque = pn.kind == Kind::Deque && fn_.kind == Kind::Deque;
                 if !both_deque && !both_std_dict {
-                    let (pm, fm) = (ops::node_data(py, pn)?, ops::node_data(py, fn_)?);
+                    let (pm, fm) = (
+                        crate::treespec::node_data::node_data(py, pn)?,
+                        crate::treespec::node_data::node_data(py, fn_)?,
+                    );
                     if pm.ne(&fm)? {
                         let (ps, fs) = (crate::errors::repr(&pm), crate::errors::repr(&fm));
                         let m = header("different pytree metadata").text(&format!(
@@ -401,7 +406,12 @@ pub fn prefix_errors<'py>(
             match (face, pn.entry(py, j)) {
                 // optree's accessors quote a registered node's raw entries.
                 (Face::Optree, crate::path_text::PathEntry::Text(_)) if pn.kind == Kind::Custom => {
-                    let raw = super::keys::child_key(py, pn, j, super::keys::KeyStyle::Raw)?;
+                    let raw = crate::treespec::keys::child_key(
+                        py,
+                        pn,
+                        j,
+                        crate::treespec::keys::KeyStyle::Raw,
+                    )?;
                     entry = format!("[<flat index {}>]", crate::errors::repr(&raw));
                 }
                 (_, e) => e.write_to(&mut entry),

@@ -19,6 +19,8 @@
 //! state per glob, a set of states per depth of the walk (a bitset), so each key is looked
 //! at once per state it can advance and a subtree no glob can reach is skipped whole.
 
+mod py_methods;
+
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
@@ -748,109 +750,6 @@ impl PathPattern {
             }
         }
         Ok(Compiled::Own(Matcher::compile(caller, patterns)?.0))
-    }
-}
-
-#[pymethods]
-impl PathPattern {
-    #[new]
-    #[pyo3(signature = (*patterns))]
-    fn new(patterns: &Bound<'_, PyTuple>) -> PyResult<Self> {
-        let (matcher, sources) = Matcher::compile("PathPattern", patterns.iter())?;
-        Ok(PathPattern {
-            sources: PyTuple::new(patterns.py(), sources)?.unbind(),
-            matcher,
-        })
-    }
-
-    /// The patterns, each a str (a glob) or a compiled ``re.Pattern``.
-    ///
-    /// >>> PathPattern('a', PathPattern('b.*')).patterns
-    /// ('a', 'b.*')
-    #[getter]
-    fn patterns(&self, py: Python<'_>) -> Py<PyTuple> {
-        self.sources.clone_ref(py)
-    }
-
-    /// Whether the key path ``path`` (a sequence of key objects, as ``tree_leaves_with_path``
-    /// gives) matches any of the patterns.
-    ///
-    /// >>> PathPattern("['params']['dense_*']['kernel']").match(
-    /// ...     (DictKey('params'), DictKey('dense_1'), DictKey('kernel')))
-    /// True
-    fn r#match(&self, path: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let py = path.py();
-        let mut sets = Vec::new();
-        self.matcher.push_start(&mut sets);
-        let mut text = String::new();
-        let mut keys = Vec::new();
-        for key in path.try_iter()? {
-            let key = key?;
-            // A Module's key in JAX's view (`oxtree.module.ModulePath`) stands for a path.
-            if key.get_type().name()?.to_str()? == "ModulePath" {
-                if let Ok(inner) = key.getattr("path") {
-                    keys.extend(inner.try_iter()?.collect::<PyResult<Vec<_>>>()?);
-                    continue;
-                }
-            }
-            keys.push(key);
-        }
-        for key in &keys {
-            let mut seg = Seg::of_key(key)?;
-            if self.matcher.needs_text() {
-                seg.write(&mut text)?;
-            }
-            let empty = self.matcher.push_step(&mut sets, &mut seg)?;
-            let w = self.matcher.words();
-            sets.drain(sets.len() - 2 * w..sets.len() - w);
-            if empty && !self.matcher.needs_text() {
-                return Ok(false);
-            }
-        }
-        Ok(self.matcher.first(py, &sets, &text, true)? != NO_MATCH)
-    }
-
-    /// For each leaf of ``structure`` (a treespec, or a graphdef's leaves, references
-    /// excluded), whether its key path matches.
-    fn _leaf_mask(&self, structure: &Bound<'_, PyAny>) -> PyResult<Vec<bool>> {
-        crate::treespec::select::leaf_mask(self, structure)
-    }
-
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        let mut out = String::from("PathPattern(");
-        for (i, source) in self.sources.bind(py).iter().enumerate() {
-            if i > 0 {
-                out.push_str(", ");
-            }
-            let _ = write!(out, "{}", source.repr()?);
-        }
-        out.push(')');
-        Ok(out)
-    }
-
-    fn __eq__(&self, other: &Bound<'_, PyAny>) -> PyResult<bool> {
-        match other.cast::<PathPattern>() {
-            Ok(o) => self
-                .sources
-                .bind(other.py())
-                .eq(o.get().sources.bind(other.py())),
-            Err(_) => Ok(false),
-        }
-    }
-
-    fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
-        self.sources.bind(py).hash()
-    }
-
-    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
-        let py = slf.py();
-        PyTuple::new(
-            py,
-            [
-                slf.get_type().into_any(),
-                slf.get().sources.bind(py).clone().into_any(),
-            ],
-        )
     }
 }
 

@@ -10,12 +10,17 @@ use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple, PyType};
 
-use super::flatten::{self, Class, Options};
-use super::{ops, Face, PyTreeSpec};
-use crate::errors::{Invariant, TreeError};
+use crate::containers::list_from_vec;
+use crate::errors::TreeError;
+use crate::face::options::{check_is_leaf, Options};
+use crate::face::Face;
+use crate::invariant::Invariant;
 use crate::kind::Kind;
 use crate::registry::{self, Registry, Rule};
-use crate::walk::{check_is_leaf, leaves_impl, list_from_vec, spec_of};
+use crate::treespec::classify::{self, Class};
+use crate::treespec::flatten::{self, spec_of};
+use crate::treespec::{ops, PyTreeSpec};
+use crate::walk::leaves_impl;
 
 /// The node kind instances of `cls` have in a walk under these options (`PyTreeKind.LEAF`
 /// for a leaf type, and for anything that is not a type): the walk's own dispatch, asked for
@@ -37,7 +42,7 @@ pub fn _node_kind<'py>(
             let reads_jax = jax || crate::jax_registry::main_face_reads();
             let seen_by = crate::jax_registry::Sighting::default();
             Ok::<_, PyErr>(
-                match flatten::classify_type(
+                match classify::classify_type(
                     ty,
                     none_is_leaf,
                     reg,
@@ -74,7 +79,7 @@ pub fn _unflatten_node<'py>(
     let Some(reg) = root.custom() else {
         return Err(TreeError::Type(format!(
             "_unflatten_node expects a treespec whose root is a registered node, got {}",
-            super::repr::repr(spec, py)?
+            crate::treespec::repr::repr(spec, py)?
         ))
         .into());
     };
@@ -115,7 +120,7 @@ pub fn _unflatten_node<'py>(
             })?
         }
     };
-    super::custom::unflatten(py, reg, &aux, children)
+    crate::treespec::custom::unflatten(py, reg, &aux, children)
 }
 
 /// The values of `((name, value), ...)` when the names are `names`, in order.
@@ -190,7 +195,7 @@ fn broadcast<'py>(
     let jax = opts.face == Face::Jax;
     let flat = flatten::flatten_opts::<true, true>(prefix_tree, opts, reg)?;
     let prefix = spec_of(flat.nodes, flat.namespaced, opts);
-    let subtrees = match super::traverse::flatten_up_to(&prefix, full_tree, reg, None) {
+    let subtrees = match crate::treespec::traverse::flatten_up_to(&prefix, full_tree, reg, None) {
         Ok(subtrees) => subtrees,
         Err(err) if jax && err.is_instance_of::<PyValueError>(py) => {
             return Err(jax_prefix_error(prefix_tree, full_tree, opts, reg, err)?)
@@ -219,7 +224,7 @@ fn broadcast<'py>(
         }
         let full = flatten::flatten_opts::<true, false>(full_tree, &full_opts, reg)?;
         let full = spec_of(full.nodes, full.namespaced, &full_opts);
-        return super::build(py, &full, out);
+        return crate::treespec::unflatten::build(py, &full, out);
     }
     let spread = flat
         .leaves
@@ -227,7 +232,7 @@ fn broadcast<'py>(
         .zip(&pieces)
         .map(|(leaf, piece)| spread_over(py, leaf, piece))
         .collect::<PyResult<Vec<_>>>()?;
-    super::build(py, &prefix, spread)
+    crate::treespec::unflatten::build(py, &prefix, spread)
 }
 
 /// `value` repeated over the structure `piece` (itself, when `piece` is a leaf).
@@ -239,7 +244,7 @@ fn spread_over<'py>(
     if piece.nodes.len() == 1 && piece.root().kind == Kind::Leaf {
         return Ok(value);
     }
-    super::build(py, piece, vec![value; piece.num_leaves()])
+    crate::treespec::unflatten::build(py, piece, vec![value; piece.num_leaves()])
 }
 
 /// `trees` broadcast to their common suffix structure (optree's `tree_broadcast_common`,
@@ -306,12 +311,12 @@ pub fn _broadcast_common<'py>(
             .zip(&places)
             .map(|(value, &j)| spread_over(py, value, &common.subtree(py, j)))
             .collect::<PyResult<Vec<_>>>()?;
-        let tree = super::build(py, spec, spread)?;
+        let tree = crate::treespec::unflatten::build(py, spec, spread)?;
         out.push(if leaves {
             // In the common structure's order (a mapping paired with another kind lists its
             // values in the common structure's key order), as optree takes them.
             let found = registry::with_registry(|reg| {
-                super::traverse::flatten_up_to(common, &tree, reg, None)
+                crate::treespec::traverse::flatten_up_to(common, &tree, reg, None)
             })?;
             list_from_vec(py, found).into_any()
         } else {
@@ -341,7 +346,7 @@ fn jax_prefix_error<'py>(
         is_leaf: None,
         ..*opts
     };
-    let errors = super::prefix::prefix_errors(prefix_tree, full_tree, &plain, reg)?;
+    let errors = crate::prefix::prefix_errors(prefix_tree, full_tree, &plain, reg)?;
     Ok(match errors.first() {
         Some(first) => PyValueError::new_err(first.render("broadcast_prefix prefix_tree")),
         None => err,
@@ -470,7 +475,7 @@ pub fn _tree_transpose<'py>(
     check_is_leaf(is_leaf)?;
     let py = tree.py();
     let outer = outer_treespec.get();
-    let repr = |s: &PyTreeSpec| super::repr::repr(s, py);
+    let repr = |s: &PyTreeSpec| crate::treespec::repr::repr(s, py);
     let (none_is_leaf, namespace) = if jax {
         (false, "")
     } else {
@@ -498,7 +503,7 @@ pub fn _tree_transpose<'py>(
                 .into());
             }
             let first = registry::with_registry(|reg| {
-                super::traverse::flatten_up_to(outer, tree, reg, None)
+                crate::treespec::traverse::flatten_up_to(outer, tree, reg, None)
             })?
             .into_iter()
             .next()
@@ -518,7 +523,7 @@ pub fn _tree_transpose<'py>(
                 )
                 .into());
             }
-            super::ops::check_same_namespace(
+            crate::treespec::ops::check_same_namespace(
                 py,
                 &outer.namespace,
                 &inner.namespace,
@@ -542,7 +547,7 @@ pub fn _tree_transpose<'py>(
         }
     };
     if leaves.len() != outer_size * inner_size {
-        let expected = outer.compose(py, inner)?;
+        let expected = ops::compose(py, outer, inner)?;
         let (got, expected) = (repr(spec.get())?, repr(&expected)?);
         return Err(TreeError::Type(if jax {
             format!("Mismatch\n{got}\n != \n{expected}")
@@ -558,8 +563,8 @@ pub fn _tree_transpose<'py>(
     if outer_size > 0 {
         for c in 0..inner_size {
             let column = leaves.iter().skip(c).step_by(inner_size).cloned().collect();
-            columns.push(super::build(py, outer, column)?);
+            columns.push(crate::treespec::unflatten::build(py, outer, column)?);
         }
     }
-    super::unflatten_iterable(inner, PyList::new(py, columns)?.as_any())
+    crate::treespec::unflatten::unflatten_iterable(inner, PyList::new(py, columns)?.as_any())
 }
