@@ -14,7 +14,7 @@ Filtered transforms. :func:`filter_jit` flattens its arguments as a graph
 the compilation cache key), and objects shared between or inside the arguments, or within
 the result, stay shared; cycles are allowed. :func:`filter_grad` and
 :func:`filter_value_and_grad` differentiate with respect to the floating-point array leaves
-of the first argument. :func:`partition` and :func:`combine` split a tree by a filter such as
+of the first argument (or those ``argnums`` picks, as in ``jax.grad``). :func:`partition` and :func:`combine` split a tree by a filter such as
 :func:`is_array` and put it back together.
 
 >>> import jax.numpy as jnp

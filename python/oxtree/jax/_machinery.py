@@ -202,11 +202,6 @@ def _numbered(roots: tuple[Any, ...]) -> dict[int, int]:
     return {id(x): k for k, x in enumerate(_walk(roots))}
 
 
-def _where_first(path: tuple[Any, ...]) -> str:
-    """A leaf path of a filtered gradient's first argument, as ``args[0].w``."""
-    return "args[0]" + keystr(path)
-
-
 def _check_fn(fn: Any, name: str) -> None:
     if not callable(fn):
         raise TypeError(f"{name} expects a callable, got {type(fn).__name__}")
