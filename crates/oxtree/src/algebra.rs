@@ -192,12 +192,15 @@ fn broadcast<'py>(
     reg: &Registry,
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = prefix_tree.py();
-    let jax = opts.face == Face::Jax;
+    let jax = opts.face.rules().broadcasts_into_full_structure;
     let flat = flatten::flatten_opts::<true, true>(prefix_tree, opts, reg)?;
     let prefix = spec_of(flat.nodes, flat.namespaced, opts);
     let subtrees = match crate::treespec::traverse::flatten_up_to(&prefix, full_tree, reg, None) {
         Ok(subtrees) => subtrees,
-        Err(err) if jax && err.is_instance_of::<PyValueError>(py) => {
+        Err(err)
+            if opts.face.rules().reports_prefix_errors
+                && err.is_instance_of::<PyValueError>(py) =>
+        {
             return Err(jax_prefix_error(prefix_tree, full_tree, opts, reg, err)?)
         }
         Err(err) => return Err(err),

@@ -172,7 +172,7 @@ pub fn prefix_errors<'py>(
         is_leaf_takes_path: false,
         none_is_leaf: opts.none_is_leaf,
         namespace: opts.namespace,
-        with_keys: face == Face::Jax,
+        with_keys: face.rules().keys_are_jax_objects,
         face,
         jax_registry: opts.jax_registry,
     };

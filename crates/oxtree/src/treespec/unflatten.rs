@@ -343,7 +343,7 @@ pub fn fill_mapping<'py>(
         .invariant("a mapping node without its keys")?
         .bind(py);
     // JAX rebuilds dicts in sorted key order; optree in the original insertion order.
-    let positions = if face == Face::Jax {
+    let positions = if !face.rules().records_insertion_order {
         None
     } else {
         node.insertion()
