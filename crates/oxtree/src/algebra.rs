@@ -6,7 +6,7 @@
 //! JAX's flatten rules and error texts, `none_is_leaf` and `namespace` for optree's), and
 //! each public call crosses the Python/Rust boundary once.
 
-use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple, PyType};
 
@@ -351,7 +351,7 @@ fn jax_prefix_error<'py>(
     };
     let errors = crate::prefix::prefix_errors(prefix_tree, full_tree, &plain, reg)?;
     Ok(match errors.first() {
-        Some(first) => PyValueError::new_err(first.render("broadcast_prefix prefix_tree")),
+        Some(first) => TreeError::Prefix(first.render("broadcast_prefix prefix_tree")).into(),
         None => err,
     })
 }
@@ -376,9 +376,9 @@ pub fn _tree_reduce<'py>(
     let mut leaves = leaves_of(tree, &opts)?.into_iter();
     let mut acc = match optional(initial, "initial")? {
         Some(start) => start,
-        None => leaves.next().ok_or_else(|| {
-            PyTypeError::new_err("reduce() of empty iterable with no initial value")
-        })?,
+        None => leaves
+            .next()
+            .ok_or_else(|| PyErr::from(TreeError::EmptyReduce))?,
     };
     for leaf in leaves {
         acc = func.call1((acc, leaf))?;
@@ -415,9 +415,8 @@ pub fn _tree_reduce_associative<'py>(
     let opts = Options::on_face(is_leaf, none_is_leaf, namespace, jax);
     let leaves = leaves_of(tree, &opts)?;
     if leaves.is_empty() {
-        return optional(identity, "identity")?.ok_or_else(|| {
-            PyTypeError::new_err("Must specify identity for parallel reduction of empty sequence.")
-        });
+        return optional(identity, "identity")?
+            .ok_or_else(|| PyErr::from(TreeError::EmptyAssociativeReduce));
     }
     pairwise(operation, &leaves)
 }
@@ -510,7 +509,7 @@ pub fn _tree_transpose<'py>(
             })?
             .into_iter()
             .next()
-            .ok_or_else(|| PyIndexError::new_err("list index out of range"))?;
+            .ok_or_else(|| TreeError::Index("list index out of range".into()))?;
             let opts = Options::on_face(is_leaf, none_is_leaf, namespace, jax);
             inferred = crate::walk::structure_impl(&first, &opts)?;
             inferred.get()

@@ -56,7 +56,7 @@ impl PrefixError {
 impl PrefixError {
     /// The ValueError for the prefix tree called `name`.
     fn __call__(&self, py: Python<'_>, name: &str) -> Py<PyAny> {
-        pyo3::exceptions::PyValueError::new_err(self.render(name))
+        PyErr::from(crate::errors::TreeError::Prefix(self.render(name)))
             .into_value(py)
             .into_any()
     }

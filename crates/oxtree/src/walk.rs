@@ -166,7 +166,9 @@ fn flatten_rests<'py>(
             {
                 let errors = crate::prefix::prefix_errors(tree, &rest, opts, reg)?;
                 return Err(match errors.first() {
-                    Some(first) => PyValueError::new_err(first.render(&format!("{caller} tree"))),
+                    Some(first) => {
+                        TreeError::Prefix(first.render(&format!("{caller} tree"))).into()
+                    }
                     None => err,
                 });
             }

@@ -87,14 +87,12 @@ pub fn body_labelled(
                         let t = node.kept_data(py);
                         if node.kind == Kind::NamedTuple && keys.len() != node.arity {
                             // optree's words for a namedtuple whose `_fields` changed since.
-                            return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                                "Number of fields ({}) of namedtuple type {} does not match the \
-                             arity ({}) of the treespec node. The `_fields` attribute may have \
-                             been modified after the treespec was created.",
-                                keys.len(),
-                                t.repr()?,
-                                node.arity
-                            )));
+                            return Err(crate::errors::TreeError::NamedTupleFields {
+                                fields: keys.len(),
+                                ty: t.repr()?.to_string(),
+                                arity: node.arity,
+                            }
+                            .into());
                         }
                         let name = if node.kind == Kind::NamedTuple {
                             t.getattr("__name__")?.to_string()

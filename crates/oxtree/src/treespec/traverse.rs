@@ -353,26 +353,24 @@ fn keyed_path(
         if let Some(reg) = keyed {
             let (children, _, keys) = super::custom::flatten(py, reg, &cur, true)?;
             let key = keys
-                .ok_or_else(|| PyErr::new::<pyo3::exceptions::PyValueError, _>("no keys"))?
+                .ok_or_else(|| PyErr::from(TreeError::Value("no keys".into())))?
                 .get_item(j)?;
             entries.push(PathEntry::Text(super::custom_entry_text(&key)));
             cur = children
                 .into_vec()
                 .into_iter()
                 .nth(j)
-                .ok_or_else(|| PyErr::new::<pyo3::exceptions::PyValueError, _>("no child"))?;
+                .ok_or_else(|| PyErr::from(TreeError::Value("no child".into())))?;
         } else {
             entries.push(node.entry(py, j));
             let mut children = Vec::new();
             if node_children(py, node, &cur, registry, spec.face, &mut children)?.is_some() {
-                return Err(PyErr::new::<pyo3::exceptions::PyValueError, _>(
-                    "structure differs",
-                ));
+                return Err(TreeError::Value("structure differs".into()).into());
             }
             cur = children
                 .into_iter()
                 .nth(j)
-                .ok_or_else(|| PyErr::new::<pyo3::exceptions::PyValueError, _>("no child"))?;
+                .ok_or_else(|| PyErr::from(TreeError::Value("no child".into())))?;
         }
     }
     Ok(crate::path_text::render(root, &entries))
