@@ -558,15 +558,86 @@ pub fn _tree_transpose<'py>(
         })
         .into());
     }
-    let leaves: Vec<Bound<'py, PyAny>> = leaves.iter().collect();
-    // Column `c` of the rows of `inner_size` leaves becomes one outer tree (none without
-    // rows, as JAX's `zip(*rows)` gives none).
-    let mut columns = Vec::with_capacity(if outer_size == 0 { 0 } else { inner_size });
-    if outer_size > 0 {
+    // No rows make no columns, as JAX's `zip(*rows)` gives none.
+    transposed(py, outer, inner, leaves.iter().collect(), false)
+}
+
+/// The one transpose: `leaves`, `outer.num_leaves()` rows of `inner.num_leaves()` leaves each
+/// (row-major), rebuilt as an `inner` tree of `outer` trees: column `c` of the rows becomes
+/// one outer tree. Without rows there are `inner.num_leaves()` empty columns when
+/// `columns_without_rows` (optree's `tree_transpose_map`), none otherwise.
+fn transposed<'py>(
+    py: Python<'py>,
+    outer: &PyTreeSpec,
+    inner: &PyTreeSpec,
+    leaves: Vec<Bound<'py, PyAny>>,
+    columns_without_rows: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let (outer_size, inner_size) = (outer.num_leaves(), inner.num_leaves());
+    let mut columns = Vec::with_capacity(inner_size);
+    if outer_size > 0 || columns_without_rows {
         for c in 0..inner_size {
             let column = leaves.iter().skip(c).step_by(inner_size).cloned().collect();
             columns.push(crate::treespec::unflatten::build(py, outer, column)?);
         }
     }
     crate::treespec::unflatten::unflatten_iterable(inner, PyList::new(py, columns)?.as_any())
+}
+
+/// `outputs`, the results of a function mapped over the leaves of a tree of structure
+/// `outer_treespec` (one per leaf), transposed: an `inner_treespec` tree of outer trees (optree's
+/// `tree_transpose_map`). Without `inner_treespec` the inner structure is the first output's,
+/// flattened with `is_leaf`, `none_is_leaf` and `namespace`; it must have leaves (ValueError),
+/// as must the outer structure then; each output is flattened up to it (ValueError naming the
+/// key path where one differs).
+///
+/// >>> _transpose_outputs(tree_structure([0, 0]), [(1, 2), (3, 4)])
+/// ([1, 3], [2, 4])
+#[pyfunction]
+#[pyo3(signature = (outer_treespec, outputs, /, inner_treespec = None, is_leaf = None, *, none_is_leaf = false, namespace = ""))]
+pub fn _transpose_outputs<'py>(
+    outer_treespec: &Bound<'py, PyTreeSpec>,
+    outputs: Vec<Bound<'py, PyAny>>,
+    inner_treespec: Option<&Bound<'py, PyTreeSpec>>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    check_is_leaf(is_leaf)?;
+    let py = outer_treespec.py();
+    let outer = outer_treespec.get();
+    let repr = |s: &PyTreeSpec| crate::treespec::repr::repr(s, py);
+    let inferred;
+    let inner = match inner_treespec {
+        Some(inner) => inner.get(),
+        None => {
+            let Some(first) = outputs.first() else {
+                return Err(TreeError::TransposeNoLeaves {
+                    which: "outer",
+                    spec: repr(outer)?,
+                }
+                .into());
+            };
+            let opts = Options::on_face(is_leaf, none_is_leaf, namespace, false);
+            inferred = crate::walk::structure_impl(first, &opts)?;
+            inferred.get()
+        }
+    };
+    if inner.num_leaves() == 0 {
+        return Err(TreeError::TransposeNoLeaves {
+            which: "inner",
+            spec: repr(inner)?,
+        }
+        .into());
+    }
+    let mut leaves = Vec::with_capacity(outputs.len() * inner.num_leaves());
+    registry::with_registry(|reg| {
+        for output in &outputs {
+            leaves.extend(crate::treespec::traverse::flatten_up_to(
+                inner, output, reg, None,
+            )?);
+        }
+        PyResult::Ok(())
+    })?;
+    transposed(py, outer, inner, leaves, true)
 }

@@ -113,7 +113,8 @@ impl fmt::Display for TreeError {
             | TreeError::NotEntryType { .. }
             | TreeError::NotTupleClass { .. }
             | TreeError::FlattenShape { .. }
-            | TreeError::NamedTupleFields { .. } => f.write_str(&optree_words::message(self)),
+            | TreeError::NamedTupleFields { .. }
+            | TreeError::TransposeNoLeaves { .. } => f.write_str(&optree_words::message(self)),
             TreeError::JaxFlattenResult { .. }
             | TreeError::MetadataEquality { .. }
             | TreeError::UnsortableKeys => f.write_str(&jax_words::message(self)),
@@ -197,6 +198,7 @@ impl From<TreeError> for PyErr {
             | TreeError::UnsortableKeys
             | TreeError::GraphDefState(_)
             | TreeError::NamedTupleFields { .. }
+            | TreeError::TransposeNoLeaves { .. }
             | TreeError::Prefix(_) => PyValueError::new_err(msg),
             TreeError::FlattenShape { .. } => PyRuntimeError::new_err(msg),
             TreeError::Cycle { .. } | TreeError::TooDeep { .. } => PyRecursionError::new_err(msg),

@@ -191,6 +191,9 @@ pub enum TreeError {
     EmptyReduce,
     /// `tree_reduce_associative` of a tree without leaves and no identity (TypeError).
     EmptyAssociativeReduce,
+    /// optree's `tree_transpose_map` met a structure without leaves (`which`: `outer`,
+    /// `inner`; `spec`: its repr).
+    TransposeNoLeaves { which: &'static str, spec: String },
     /// A prefix tree is no prefix of the full tree: a `PrefixError` rendered with the prefix
     /// tree's name.
     Prefix(String),

@@ -222,6 +222,9 @@ pub(super) fn message(err: &TreeError) -> String {
              ({arity}) of the treespec node. The `_fields` attribute may have been modified \
              after the treespec was created."
         ),
+        TreeError::TransposeNoLeaves { which, spec } => {
+            format!("The {which} structure must have at least one leaf. Got: {spec}.")
+        }
         other => other.to_string(),
     }
 }
