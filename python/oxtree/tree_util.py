@@ -79,6 +79,17 @@ class Unspecified:
 _UNSPECIFIED = Unspecified()
 
 
+def _speak_loaded_jax(jtu: Any) -> None:
+    """Tells the core the loaded JAX's version, whose words this face's prefix errors follow
+    where JAX's releases differ (read once, when JAX is loaded; never imports it)."""
+    import sys
+
+    _core.jax_face._set_jax_version(getattr(sys.modules.get("jax"), "__version__", ""))
+
+
+_jax_hook.when_jax_loaded(_speak_loaded_jax)
+
+
 def _with_jax(nodetype: type, name: str, *args: Any) -> None:
     """Registers ``nodetype``, just registered with oxtree, with JAX too, by JAX's function
     ``name`` called with ``args``; if JAX refuses, oxtree's registration is undone and the

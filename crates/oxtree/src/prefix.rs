@@ -140,24 +140,6 @@ fn key_text(key: &Bound<'_, PyAny>) -> String {
     }
 }
 
-/// Whether the installed JAX prints a prefix error's child keys as key objects (`['b']`,
-/// jax 0.11 and later) rather than as the keys inside them (`b`, jax 0.10): the JAX face
-/// speaks the words of the JAX installed beside it, and the newest JAX's where none is. Read
-/// from the installed distribution's metadata, so an error never imports jax.
-fn jax_prints_key_objects(py: Python<'_>) -> bool {
-    let version = py
-        .import("importlib.metadata")
-        .and_then(|m| m.call_method1("version", ("jax",)))
-        .and_then(|v| v.extract::<String>());
-    let Ok(version) = version else {
-        return true;
-    };
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    let major = parts.next().unwrap_or(0);
-    let minor = parts.next().unwrap_or(0);
-    (major, minor) >= (0, 11)
-}
-
 /// Every place where `prefix` is not a prefix of `full`, left to right.
 pub fn prefix_errors<'py>(
     prefix: &Bound<'py, PyAny>,
@@ -260,7 +242,7 @@ pub fn prefix_errors<'py>(
                 } else if np != nf {
                     let pk = jax_key_strs(py, pn)?;
                     let fk = jax_key_strs(py, fn_)?;
-                    let objects = jax_prints_key_objects(py);
+                    let objects = crate::errors::prints_key_objects();
                     let text = |k: &Bound<'_, PyAny>| {
                         if objects {
                             str_of(k)

@@ -1,6 +1,8 @@
 //! JAX's words: jaxlib's and `jax/_src/tree_util.py`'s texts, unchanged, for every error
 //! the JAX face raises.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
@@ -135,4 +137,19 @@ pub(super) fn message(err: &TreeError) -> String {
         }
         other => other.to_string(),
     }
+}
+
+/// Whether the JAX loaded beside oxtree prints a prefix error's child keys as key objects
+/// (`['b']`, jax 0.11 and later) rather than as the keys inside them (`b`, jax 0.10). Set by
+/// the JAX face (`_set_jax_version`) when JAX is loaded; the newest JAX's words until then.
+static KEY_OBJECTS: AtomicBool = AtomicBool::new(true);
+
+/// The version of the JAX whose words the JAX face speaks.
+pub fn set_jax_version(major: u32, minor: u32) {
+    KEY_OBJECTS.store((major, minor) >= (0, 11), Ordering::Relaxed);
+}
+
+/// Whether prefix errors show child keys as JAX's key objects (see [`set_jax_version`]).
+pub fn prints_key_objects() -> bool {
+    KEY_OBJECTS.load(Ordering::Relaxed)
 }

@@ -15,6 +15,7 @@ mod jax_words;
 mod model;
 mod optree_words;
 
+pub use jax_words::{prints_key_objects, set_jax_version};
 pub use model::{
     repr, short_repr, type_name, Expected, FlattenFault, Mismatch, SpecMismatch, TreeError,
 };
