@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PySet, PyString, PyTuple, PyType};
 
 use crate::face::options::Options;
-use crate::face::Face;
+use crate::face::Words;
 use crate::invariant::Invariant;
 use crate::kind::Kind;
 use crate::registry::Registry;
@@ -189,7 +189,7 @@ pub fn prefix_errors<'py>(
         let at_path = |m: Message| -> Message {
             let m = m.name();
             let path = path_of(&trail, at);
-            if face == Face::Optree && path.is_empty() {
+            if face.words() == Words::Optree && path.is_empty() {
                 m.text(" tree root")
             } else {
                 m.text(&path)
@@ -200,7 +200,8 @@ pub fn prefix_errors<'py>(
             crate::errors::repr(pt.as_any()),
             crate::errors::repr(ft.as_any()),
         );
-        let both_std_dict = face == Face::Optree && is_std_dict(py, &pt) && is_std_dict(py, &ft);
+        let both_std_dict =
+            !face.rules().mappings_match_exactly && is_std_dict(py, &pt) && is_std_dict(py, &ft);
         if !pt.is(&ft) && !both_std_dict {
             let m = at_path(
                 Message::default()
@@ -227,8 +228,9 @@ pub fn prefix_errors<'py>(
             .name()
         };
         let (np, nf) = (pl.children().len(), full_children.len());
-        match face {
-            Face::Jax => {
+        // Each peer compares a level in its own way and words it in its own texts.
+        match face.words() {
+            Words::Jax => {
                 if pt.is_subclass_of::<PyList>()? || pt.is_subclass_of::<PyTuple>()? {
                     if np != nf {
                         let name = pt.name()?.to_string();
@@ -310,7 +312,7 @@ pub fn prefix_errors<'py>(
                     continue;
                 }
             }
-            Face::Optree => {
+            Words::Optree => {
                 if both_std_dict {
                     let keys_of = |n: &Node| -> PyResult<Bound<'py, PyList>> {
                         let k = n.keys().as_ref().invariant("a mapping node without keys")?;
@@ -385,9 +387,9 @@ pub fn prefix_errors<'py>(
         let base = trail.len();
         for j in 0..pairs.len() {
             let mut entry = String::new();
-            match (face, pn.entry(py, j)) {
+            match (face.rules().keys_are_jax_objects, pn.entry(py, j)) {
                 // optree's accessors quote a registered node's raw entries.
-                (Face::Optree, crate::path_text::PathEntry::Text(_)) if pn.kind == Kind::Custom => {
+                (false, crate::path_text::PathEntry::Text(_)) if pn.kind == Kind::Custom => {
                     let raw = crate::treespec::keys::child_key(
                         py,
                         pn,
