@@ -53,7 +53,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "registry.rs",
             "jax_registry.rs",
             "treespec/dict_order.rs",
-            "errors.rs",
+            "errors/",
             "face/mod.rs",
             "face/options.rs",
             "pattern/mod.rs",

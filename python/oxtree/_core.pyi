@@ -81,6 +81,7 @@ __all__ = [
     "_tree_reduce_associative",
     "_tree_all",
     "_tree_transpose",
+    "_transpose_outputs",
 ]
 
 MAX_RECURSION_DEPTH: Final[int]
@@ -549,6 +550,16 @@ def _tree_transpose(
     is_leaf: Callable[[Any], bool] | None = None,
     *,
     jax: bool = False,
+) -> Any: ...
+def _transpose_outputs(
+    outer_treespec: PyTreeSpec,
+    outputs: list[Any],
+    /,
+    inner_treespec: PyTreeSpec | None = None,
+    is_leaf: Callable[[Any], bool] | None = None,
+    *,
+    none_is_leaf: bool = False,
+    namespace: str = "",
 ) -> Any: ...
 
 # Graphs: shared and cyclic references.

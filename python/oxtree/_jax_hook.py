@@ -30,12 +30,16 @@ if TYPE_CHECKING:
     #: A registration's arguments, or the function of JAX's tree_util module making them.
     Arguments: TypeAlias = tuple[Any, ...] | Callable[[ModuleType], Sequence[Any]]
 
-__all__ = ["PENDING", "flush", "reached_jax", "register_with_jax"]
+__all__ = ["PENDING", "WHEN_LOADED", "flush", "reached_jax", "register_with_jax", "when_jax_loaded"]
 
 #: The registrations waiting for ``import jax`` to finish, in the order they were made: the
 #: type, the name of JAX's registration function, and the arguments it is called with (or
 #: the function of JAX's tree_util module that makes them, see :func:`register_with_jax`).
 PENDING: list[tuple[type, str, Arguments]] = []
+
+#: What waits for JAX besides registrations: functions of JAX's tree_util module, called once
+#: when JAX has been imported (see :func:`when_jax_loaded`).
+WHEN_LOADED: list[Callable[[ModuleType], object]] = []
 
 # The types oxtree itself registered with JAX, so that oxtree.jax.register leaves them alone.
 _REACHED: set[type] = set()
@@ -109,17 +113,34 @@ def register_with_jax(
         raise kind(f"{err} (JAX refused to register {cls.__qualname__}{undone})") from err
 
 
+def when_jax_loaded(fn: Callable[[ModuleType], object]) -> None:
+    """Calls ``fn(jax_tree_util)`` now if JAX is loaded, else once ``jax`` has been imported
+    (with the waiting registrations). Never imports JAX."""
+    with _LOCK:
+        jtu = _jax_tree_util()
+        if jtu is None:
+            WHEN_LOADED.append(fn)
+            if _HOOK not in sys.meta_path:
+                sys.meta_path.insert(0, _HOOK)
+            return
+    fn(jtu)
+
+
 def flush() -> None:
     """Makes the waiting registrations if JAX has finished importing, and removes the finder.
     One that JAX refuses is reported as a RuntimeWarning naming the type and the reason."""
     with _LOCK:
         jtu = _jax_tree_util()
-        if jtu is None or not PENDING:
+        if jtu is None or not (PENDING or WHEN_LOADED):
             return
         waiting = list(PENDING)
         PENDING.clear()
+        callbacks = list(WHEN_LOADED)
+        WHEN_LOADED.clear()
         while _HOOK in sys.meta_path:
             sys.meta_path.remove(_HOOK)
+    for fn in callbacks:
+        fn(jtu)
     refused = []
     for cls, name, args in waiting:
         try:

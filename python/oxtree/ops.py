@@ -404,32 +404,6 @@ def tree_transpose(
     return _tree_transpose(outer_treespec, inner_treespec, tree, is_leaf)
 
 
-def _transpose_outputs(
-    outer: PyTreeSpec,
-    outputs: list[Any],
-    inner_treespec: PyTreeSpec | None,
-    is_leaf: Callable[[Any], bool] | None,
-    none_is_leaf: bool,
-    namespace: str,
-) -> Any:
-    if inner_treespec is None:
-        if not outputs:
-            raise ValueError(
-                f"The outer structure must have at least one leaf. Got: {outer}. "
-                "(The inner structure is inferred from the first output.)"
-            )
-        inner_treespec = tree_structure(
-            outputs[0], is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
-        )
-        if inner_treespec.num_leaves == 0:
-            raise ValueError(
-                f"The inner structure must have at least one leaf. Got: {inner_treespec}."
-            )
-    grouped = [inner_treespec.flatten_up_to(output) for output in outputs]
-    columns = [[row[j] for row in grouped] for j in range(inner_treespec.num_leaves)]
-    return inner_treespec.unflatten(outer.unflatten(column) for column in columns)
-
-
 def tree_transpose_map(
     func: Callable[..., Any],
     tree: Any,
@@ -488,7 +462,9 @@ def _transpose_map(
     outer = tree_structure(trees[0], is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
     mapped = mapper(func, *trees, is_leaf=is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
     outputs = outer.flatten_up_to(mapped)
-    return _transpose_outputs(outer, outputs, inner_treespec, is_leaf, none_is_leaf, namespace)
+    return _core._transpose_outputs(
+        outer, outputs, inner_treespec, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace
+    )
 
 
 def tree_transpose_map_with_accessor(

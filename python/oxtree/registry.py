@@ -212,56 +212,119 @@ def register_dataclass(
     >>> oxtree.tree_leaves(Point(1.0, 2.0))
     [1.0, 2.0]
     """
-    import dataclasses  # here: importing it costs more than the rest of `import oxtree`
-
     if not isinstance(cls, type):
         raise TypeError(f"register_dataclass expects a class, got {cls!r}")
-    data = _field_names(data_fields, "data_fields")
-    meta = _field_names(meta_fields, "meta_fields")
-    drop = set(_field_names(drop_fields, "drop_fields") or ())
-    if (data is None) != (meta is None):
+    data, meta = _dataclass_fields(
+        cls,
+        _field_names(data_fields, "data_fields"),
+        _field_names(meta_fields, "meta_fields"),
+        _field_names(drop_fields, "drop_fields") or (),
+        init_only=init_on_unflatten,
+    )
+    return _register_dataclass_fields(
+        cls, data, meta, call_init=init_on_unflatten, namespace=namespace
+    )
+
+
+def _dataclass_fields(
+    cls: type,
+    data_fields: Iterable[str] | None,
+    meta_fields: Iterable[str] | None,
+    drop_fields: Iterable[str],
+    *,
+    init_only: bool = True,
+    jax: bool = False,
+) -> tuple[list[str], list[str]]:
+    """``register_dataclass``'s data and meta field lists, inferred and checked once for both
+    faces: optree's rules and words, or JAX's (``jax=True``, ``oxtree.tree_util``).
+
+    Without the lists they are read off a dataclass's fields less ``drop_fields``: meta where
+    ``metadata['static']`` is true (optree's face also takes ``pytree_node=False``), and on
+    optree's face only ``__init__`` fields unless ``init_only`` is false. For a dataclass the
+    two lists must name exactly those fields (``__init__`` ones when ``init_only``, less
+    ``drop_fields``); they must not overlap.
+    """
+    import dataclasses  # here: importing it costs more than the rest of `import oxtree`
+
+    if (data_fields is None) != (meta_fields is None):
+        if jax:
+            raise TypeError(
+                "register_dataclass: data_fields and meta_fields must both be specified when "
+                f"either is specified. Got {data_fields=} {meta_fields=}."
+            )
         raise TypeError(
             "register_dataclass: give both data_fields and meta_fields, or neither "
-            f"(got data_fields={data!r}, meta_fields={meta!r})"
+            f"(got data_fields={data_fields!r}, meta_fields={meta_fields!r})"
         )
     is_dc = dataclasses.is_dataclass(cls)
-    if data is None or meta is None:
+    drop = set(drop_fields)
+    if data_fields is None or meta_fields is None:
         if not is_dc:
+            if jax:
+                raise TypeError(
+                    "register_dataclass: data_fields and meta_fields are required when "
+                    f"nodetype is not a dataclass. Got nodetype={cls!r}."
+                )
             raise TypeError(
                 f"register_dataclass: {cls.__qualname__} is not a dataclass, so data_fields "
                 "and meta_fields are required"
             )
+        static = _is_jax_static if jax else _is_static
+        # JAX reads every field but the dropped ones (and then refuses non-__init__ ones).
         fields = [
             f
             for f in dataclasses.fields(cls)
-            if f.name not in drop and (f.init or not init_on_unflatten)
+            if f.name not in drop and (jax or f.init or not init_only)
         ]
-        meta = [f.name for f in fields if _is_static(f)]
-        data = [f.name for f in fields if not _is_static(f)]
-    if overlap := sorted(set(data) & set(meta)):
+        meta = [f.name for f in fields if static(f)]
+        data = [f.name for f in fields if not static(f)]
+    else:
+        data, meta = list(data_fields), list(meta_fields)
+    overlap = set(data) & set(meta)
+    if overlap and not jax:
         raise ValueError(
             f"register_dataclass: data_fields and meta_fields overlap for {cls.__qualname__}: "
-            f"{overlap}"
+            f"{sorted(overlap)}"
         )
     if is_dc:
-        expected = {
-            f.name for f in dataclasses.fields(cls) if f.init or not init_on_unflatten
-        } - drop
-        given = set(data) | set(meta)
+        expected = {f.name for f in dataclasses.fields(cls) if f.init or not init_only} - drop
+        given = {*data, *meta}
         if given != expected:
-            which = "__init__ fields" if init_on_unflatten else "fields"
+            missing, unexpected = expected - given, given - expected
+            if jax:
+                msg = (
+                    "data_fields and meta_fields must include all dataclass fields with "
+                    "``init=True`` and only them."
+                )
+                if missing:
+                    msg += (
+                        f" Missing fields: {missing}. Add them to drop_fields to suppress this "
+                        "error."
+                    )
+                if unexpected:
+                    msg += f" Unexpected fields: {unexpected}."
+                raise ValueError(msg)
+            which = "__init__ field" if init_only else "field"
             parts = [
-                f"register_dataclass: data_fields and meta_fields must list every {which[:-1]} "
+                f"register_dataclass: data_fields and meta_fields must list every {which} "
                 f"of {cls.__qualname__} (less drop_fields) and nothing else."
             ]
-            if missing := sorted(expected - given):
-                parts.append(f"Missing: {missing} (add them to drop_fields to leave them out).")
-            if unexpected := sorted(given - expected):
-                parts.append(f"Unexpected: {unexpected}.")
+            if missing:
+                parts.append(
+                    f"Missing: {sorted(missing)} (add them to drop_fields to leave them out)."
+                )
+            if unexpected:
+                parts.append(f"Unexpected: {sorted(unexpected)}.")
             raise ValueError(" ".join(parts))
-    return _register_dataclass_fields(
-        cls, data, meta, call_init=init_on_unflatten, namespace=namespace
-    )
+    if overlap:
+        raise ValueError(
+            f"data_fields and meta_fields must not overlap. Overlapping fields: {overlap}."
+        )
+    return data, meta
+
+
+def _is_jax_static(f: dataclasses.Field[Any]) -> bool:
+    return bool(f.metadata.get("static", False))
 
 
 def _is_static(f: dataclasses.Field[Any]) -> bool:

@@ -39,7 +39,7 @@ from oxtree._core import (
 from oxtree._core import register_pytree_node as _register_node
 from oxtree._core import register_static as _register_static
 from oxtree.functools import Partial
-from oxtree.registry import _jax_functions, _register_object
+from oxtree.registry import _dataclass_fields, _jax_functions, _register_object
 from oxtree.types import is_namedtuple_class
 
 _jax = _core.jax_face
@@ -77,6 +77,17 @@ class Unspecified:
 
 
 _UNSPECIFIED = Unspecified()
+
+
+def _speak_loaded_jax(jtu: Any) -> None:
+    """Tells the core the loaded JAX's version, whose words this face's prefix errors follow
+    where JAX's releases differ (read once, when JAX is loaded; never imports it)."""
+    import sys
+
+    _core.jax_face._set_jax_version(getattr(sys.modules.get("jax"), "__version__", ""))
+
+
+_jax_hook.when_jax_loaded(_speak_loaded_jax)
 
 
 def _with_jax(nodetype: type, name: str, *args: Any) -> None:
@@ -229,43 +240,7 @@ def register_dataclass(
     >>> tree_map(lambda v: v * 10, Point(1.0, 2.0, 'p'))
     Point(x=10.0, y=20.0, label='p')
     """
-    import dataclasses  # here: importing it costs more than the rest of `import oxtree`
-
-    if data_fields is None or meta_fields is None:
-        if (data_fields is None) != (meta_fields is None):
-            raise TypeError(
-                "register_dataclass: data_fields and meta_fields must both be specified when "
-                f"either is specified. Got {data_fields=} {meta_fields=}."
-            )
-        if not dataclasses.is_dataclass(nodetype):
-            raise TypeError(
-                "register_dataclass: data_fields and meta_fields are required when nodetype "
-                f"is not a dataclass. Got {nodetype=}."
-            )
-        fields = [f for f in dataclasses.fields(nodetype) if f.name not in drop_fields]
-        data_fields = [f.name for f in fields if not f.metadata.get("static", False)]
-        meta_fields = [f.name for f in fields if f.metadata.get("static", False)]
-    data, meta = list(data_fields), list(meta_fields)
-    if dataclasses.is_dataclass(nodetype):
-        init_fields = {f.name for f in dataclasses.fields(nodetype) if f.init}
-        init_fields.difference_update(drop_fields)
-        given = {*data, *meta}
-        if given != init_fields:
-            msg = (
-                "data_fields and meta_fields must include all dataclass fields with "
-                "``init=True`` and only them."
-            )
-            if missing := init_fields - given:
-                msg += (
-                    f" Missing fields: {missing}. Add them to drop_fields to suppress this error."
-                )
-            if unexpected := given - init_fields:
-                msg += f" Unexpected fields: {unexpected}."
-            raise ValueError(msg)
-    if overlap := set(data) & set(meta):
-        raise ValueError(
-            f"data_fields and meta_fields must not overlap. Overlapping fields: {overlap}."
-        )
+    data, meta = _dataclass_fields(nodetype, data_fields, meta_fields, drop_fields, jax=True)
     _register_dataclass_fields(nodetype, data, meta)
     # With the fields as read here: jax 0.10.2 read dropped fields too, then refused them.
     _with_jax(nodetype, "register_dataclass", nodetype, data, meta, drop_fields)

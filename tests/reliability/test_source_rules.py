@@ -7,6 +7,10 @@
   report instead (``errors::internal!``, ``Invariant::invariant``). Code outside tests may not
   call ``expect``/``unwrap``/``unreachable!``/``panic!``/``assert!`` but in the allowed spots
   below, each with its reason.
+- Every exception the core raises on its own account is built in ``crates/oxtree/src/errors/``
+  (one enum, ``TreeError``, rendered in optree's or JAX's words), or, for a broken invariant of
+  oxtree's own, in ``invariant.rs``, the floor below: no ``Py*Error::new_err`` or
+  ``PyErr::new`` anywhere else (docs/architecture.md, "Errors").
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ PANICS = re.compile(
     r"|(?<!debug_)\bassert(_eq|_ne)?!"
 )
 UNSAFE = re.compile(r"\bunsafe\b")
+RAISE = re.compile(r"\bPy\w*(Error|Exception|Warning)::new_err\b|\bPyErr::new\b")
+ERRORS = SRC / "errors"
 
 
 def rust_files() -> list[Path]:
@@ -82,6 +88,22 @@ def test_unsafe_appears_only_in_ffi():
         if UNSAFE.search(code)
     ]
     assert not found, "unsafe outside crates/oxtree/src/ffi/:\n" + "\n".join(found)
+
+
+def test_exceptions_are_built_only_in_the_error_catalogue():
+    found = [
+        f"{path.relative_to(SRC)}:{number}: {code.strip()}"
+        for path in rust_files()
+        if ERRORS not in path.parents and path != SRC / "invariant.rs"
+        for number, code in code_lines(path)
+        if RAISE.search(code)
+    ]
+    assert not found, (
+        "an exception built outside crates/oxtree/src/errors/ (add a TreeError variant):\n"
+        + "\n".join(found)
+    )
+    # The rule sees what it must: the catalogue itself builds them.
+    assert any(RAISE.search(code) for number, code in code_lines(ERRORS / "mod.rs"))
 
 
 def test_every_unsafe_block_in_ffi_states_its_contract():

@@ -6,7 +6,7 @@
 //! JAX's flatten rules and error texts, `none_is_leaf` and `namespace` for optree's), and
 //! each public call crosses the Python/Rust boundary once.
 
-use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple, PyType};
 
@@ -192,12 +192,15 @@ fn broadcast<'py>(
     reg: &Registry,
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = prefix_tree.py();
-    let jax = opts.face == Face::Jax;
+    let jax = opts.face.rules().broadcasts_into_full_structure;
     let flat = flatten::flatten_opts::<true, true>(prefix_tree, opts, reg)?;
     let prefix = spec_of(flat.nodes, flat.namespaced, opts);
     let subtrees = match crate::treespec::traverse::flatten_up_to(&prefix, full_tree, reg, None) {
         Ok(subtrees) => subtrees,
-        Err(err) if jax && err.is_instance_of::<PyValueError>(py) => {
+        Err(err)
+            if opts.face.rules().reports_prefix_errors
+                && err.is_instance_of::<PyValueError>(py) =>
+        {
             return Err(jax_prefix_error(prefix_tree, full_tree, opts, reg, err)?)
         }
         Err(err) => return Err(err),
@@ -348,7 +351,7 @@ fn jax_prefix_error<'py>(
     };
     let errors = crate::prefix::prefix_errors(prefix_tree, full_tree, &plain, reg)?;
     Ok(match errors.first() {
-        Some(first) => PyValueError::new_err(first.render("broadcast_prefix prefix_tree")),
+        Some(first) => TreeError::Prefix(first.render("broadcast_prefix prefix_tree")).into(),
         None => err,
     })
 }
@@ -373,9 +376,9 @@ pub fn _tree_reduce<'py>(
     let mut leaves = leaves_of(tree, &opts)?.into_iter();
     let mut acc = match optional(initial, "initial")? {
         Some(start) => start,
-        None => leaves.next().ok_or_else(|| {
-            PyTypeError::new_err("reduce() of empty iterable with no initial value")
-        })?,
+        None => leaves
+            .next()
+            .ok_or_else(|| PyErr::from(TreeError::EmptyReduce))?,
     };
     for leaf in leaves {
         acc = func.call1((acc, leaf))?;
@@ -412,9 +415,8 @@ pub fn _tree_reduce_associative<'py>(
     let opts = Options::on_face(is_leaf, none_is_leaf, namespace, jax);
     let leaves = leaves_of(tree, &opts)?;
     if leaves.is_empty() {
-        return optional(identity, "identity")?.ok_or_else(|| {
-            PyTypeError::new_err("Must specify identity for parallel reduction of empty sequence.")
-        });
+        return optional(identity, "identity")?
+            .ok_or_else(|| PyErr::from(TreeError::EmptyAssociativeReduce));
     }
     pairwise(operation, &leaves)
 }
@@ -507,7 +509,7 @@ pub fn _tree_transpose<'py>(
             })?
             .into_iter()
             .next()
-            .ok_or_else(|| PyIndexError::new_err("list index out of range"))?;
+            .ok_or_else(|| TreeError::Index("list index out of range".into()))?;
             let opts = Options::on_face(is_leaf, none_is_leaf, namespace, jax);
             inferred = crate::walk::structure_impl(&first, &opts)?;
             inferred.get()
@@ -556,15 +558,86 @@ pub fn _tree_transpose<'py>(
         })
         .into());
     }
-    let leaves: Vec<Bound<'py, PyAny>> = leaves.iter().collect();
-    // Column `c` of the rows of `inner_size` leaves becomes one outer tree (none without
-    // rows, as JAX's `zip(*rows)` gives none).
-    let mut columns = Vec::with_capacity(if outer_size == 0 { 0 } else { inner_size });
-    if outer_size > 0 {
+    // No rows make no columns, as JAX's `zip(*rows)` gives none.
+    transposed(py, outer, inner, leaves.iter().collect(), false)
+}
+
+/// The one transpose: `leaves`, `outer.num_leaves()` rows of `inner.num_leaves()` leaves each
+/// (row-major), rebuilt as an `inner` tree of `outer` trees: column `c` of the rows becomes
+/// one outer tree. Without rows there are `inner.num_leaves()` empty columns when
+/// `columns_without_rows` (optree's `tree_transpose_map`), none otherwise.
+fn transposed<'py>(
+    py: Python<'py>,
+    outer: &PyTreeSpec,
+    inner: &PyTreeSpec,
+    leaves: Vec<Bound<'py, PyAny>>,
+    columns_without_rows: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let (outer_size, inner_size) = (outer.num_leaves(), inner.num_leaves());
+    let mut columns = Vec::with_capacity(inner_size);
+    if outer_size > 0 || columns_without_rows {
         for c in 0..inner_size {
             let column = leaves.iter().skip(c).step_by(inner_size).cloned().collect();
             columns.push(crate::treespec::unflatten::build(py, outer, column)?);
         }
     }
     crate::treespec::unflatten::unflatten_iterable(inner, PyList::new(py, columns)?.as_any())
+}
+
+/// `outputs`, the results of a function mapped over the leaves of a tree of structure
+/// `outer_treespec` (one per leaf), transposed: an `inner_treespec` tree of outer trees (optree's
+/// `tree_transpose_map`). Without `inner_treespec` the inner structure is the first output's,
+/// flattened with `is_leaf`, `none_is_leaf` and `namespace`; it must have leaves (ValueError),
+/// as must the outer structure then; each output is flattened up to it (ValueError naming the
+/// key path where one differs).
+///
+/// >>> _transpose_outputs(tree_structure([0, 0]), [(1, 2), (3, 4)])
+/// ([1, 3], [2, 4])
+#[pyfunction]
+#[pyo3(signature = (outer_treespec, outputs, /, inner_treespec = None, is_leaf = None, *, none_is_leaf = false, namespace = ""))]
+pub fn _transpose_outputs<'py>(
+    outer_treespec: &Bound<'py, PyTreeSpec>,
+    outputs: Vec<Bound<'py, PyAny>>,
+    inner_treespec: Option<&Bound<'py, PyTreeSpec>>,
+    is_leaf: Option<&Bound<'py, PyAny>>,
+    none_is_leaf: bool,
+    namespace: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    check_is_leaf(is_leaf)?;
+    let py = outer_treespec.py();
+    let outer = outer_treespec.get();
+    let repr = |s: &PyTreeSpec| crate::treespec::repr::repr(s, py);
+    let inferred;
+    let inner = match inner_treespec {
+        Some(inner) => inner.get(),
+        None => {
+            let Some(first) = outputs.first() else {
+                return Err(TreeError::TransposeNoLeaves {
+                    which: "outer",
+                    spec: repr(outer)?,
+                }
+                .into());
+            };
+            let opts = Options::on_face(is_leaf, none_is_leaf, namespace, false);
+            inferred = crate::walk::structure_impl(first, &opts)?;
+            inferred.get()
+        }
+    };
+    if inner.num_leaves() == 0 {
+        return Err(TreeError::TransposeNoLeaves {
+            which: "inner",
+            spec: repr(inner)?,
+        }
+        .into());
+    }
+    let mut leaves = Vec::with_capacity(outputs.len() * inner.num_leaves());
+    registry::with_registry(|reg| {
+        for output in &outputs {
+            leaves.extend(crate::treespec::traverse::flatten_up_to(
+                inner, output, reg, None,
+            )?);
+        }
+        PyResult::Ok(())
+    })?;
+    transposed(py, outer, inner, leaves, true)
 }

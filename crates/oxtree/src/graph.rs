@@ -19,7 +19,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use pyo3::exceptions::PyValueError;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -718,7 +717,7 @@ pub fn _rebuild_graphdef<'py>(
     num_roots: &Bound<'py, PyAny>,
     refs: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, GraphDef>> {
-    let bad = |why: String| PyValueError::new_err(format!("invalid GraphDef state: {why}"));
+    let bad = |why: String| PyErr::from(TreeError::GraphDefState(why));
     // Numbers out of range are a corrupted state like any other: ValueError, not the
     // OverflowError of an integer conversion.
     let num_roots: usize = num_roots.extract().map_err(|_| {

@@ -20,12 +20,12 @@ use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use pyo3::exceptions::PyTypeError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyString, PyTuple, PyType};
 
+use crate::errors::TreeError;
 use crate::plugins::Plugin;
 use crate::registry::{Registration, Rule};
 use crate::types::{self, PtrMap};
@@ -265,13 +265,12 @@ fn ask(ty: &Bound<'_, PyType>) -> PyResult<Option<&'static Arc<Registration>>> {
 /// or `("custom", flatten, unflatten, flatten_with_keys)`.
 fn registration(ty: &Bound<'_, PyType>, described: &Bound<'_, PyAny>) -> PyResult<Registration> {
     let py = ty.py();
-    let bad = || {
-        PyTypeError::new_err(format!(
-            "oxtree could not read JAX's registration of {}: unexpected description {} \
-             (please report this)",
-            ty.name().map(|n| n.to_string()).unwrap_or_default(),
-            described.repr().map(|r| r.to_string()).unwrap_or_default()
-        ))
+    let bad = || -> PyErr {
+        TreeError::JaxDescription {
+            ty: ty.name().map(|n| n.to_string()).unwrap_or_default(),
+            described: described.repr().map(|r| r.to_string()).unwrap_or_default(),
+        }
+        .into()
     };
     let parts = described.cast::<PyTuple>().map_err(|_| bad())?;
     if parts.len() != 4 {

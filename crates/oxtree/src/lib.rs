@@ -95,8 +95,8 @@ mod _core {
     // kind and rebuilding one registered node.
     #[pymodule_export]
     use crate::algebra::{
-        _broadcast_common, _broadcast_prefix, _node_kind, _tree_all, _tree_reduce,
-        _tree_reduce_associative, _tree_transpose, _unflatten_node,
+        _broadcast_common, _broadcast_prefix, _node_kind, _transpose_outputs, _tree_all,
+        _tree_reduce, _tree_reduce_associative, _tree_transpose, _unflatten_node,
     };
 
     #[pymodule_export]
@@ -124,10 +124,10 @@ mod _core {
     mod jax_face {
         #[pymodule_export]
         use crate::face::jax::{
-            _flatten_with_path_in, _is_leaf, all_leaves, broadcast_flattened_prefix_with_treedef,
-            tree_flatten, tree_flatten_with_path, tree_labels, tree_leaves, tree_leaves_with_path,
-            tree_map, tree_map_with_path, tree_mask, tree_set_matching, tree_structure,
-            tree_unflatten,
+            _flatten_with_path_in, _is_leaf, _set_jax_version, all_leaves,
+            broadcast_flattened_prefix_with_treedef, tree_flatten, tree_flatten_with_path,
+            tree_labels, tree_leaves, tree_leaves_with_path, tree_map, tree_map_with_path,
+            tree_mask, tree_set_matching, tree_structure, tree_unflatten,
         };
     }
 

@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PySet, PyString, PyTuple, PyType};
 
 use crate::face::options::Options;
-use crate::face::Face;
+use crate::face::Words;
 use crate::invariant::Invariant;
 use crate::kind::Kind;
 use crate::registry::Registry;
@@ -56,7 +56,7 @@ impl PrefixError {
 impl PrefixError {
     /// The ValueError for the prefix tree called `name`.
     fn __call__(&self, py: Python<'_>, name: &str) -> Py<PyAny> {
-        pyo3::exceptions::PyValueError::new_err(self.render(name))
+        PyErr::from(crate::errors::TreeError::Prefix(self.render(name)))
             .into_value(py)
             .into_any()
     }
@@ -140,24 +140,6 @@ fn key_text(key: &Bound<'_, PyAny>) -> String {
     }
 }
 
-/// Whether the installed JAX prints a prefix error's child keys as key objects (`['b']`,
-/// jax 0.11 and later) rather than as the keys inside them (`b`, jax 0.10): the JAX face
-/// speaks the words of the JAX installed beside it, and the newest JAX's where none is. Read
-/// from the installed distribution's metadata, so an error never imports jax.
-fn jax_prints_key_objects(py: Python<'_>) -> bool {
-    let version = py
-        .import("importlib.metadata")
-        .and_then(|m| m.call_method1("version", ("jax",)))
-        .and_then(|v| v.extract::<String>());
-    let Ok(version) = version else {
-        return true;
-    };
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    let major = parts.next().unwrap_or(0);
-    let minor = parts.next().unwrap_or(0);
-    (major, minor) >= (0, 11)
-}
-
 /// Every place where `prefix` is not a prefix of `full`, left to right.
 pub fn prefix_errors<'py>(
     prefix: &Bound<'py, PyAny>,
@@ -172,7 +154,7 @@ pub fn prefix_errors<'py>(
         is_leaf_takes_path: false,
         none_is_leaf: opts.none_is_leaf,
         namespace: opts.namespace,
-        with_keys: face == Face::Jax,
+        with_keys: face.rules().keys_are_jax_objects,
         face,
         jax_registry: opts.jax_registry,
     };
@@ -207,7 +189,7 @@ pub fn prefix_errors<'py>(
         let at_path = |m: Message| -> Message {
             let m = m.name();
             let path = path_of(&trail, at);
-            if face == Face::Optree && path.is_empty() {
+            if face.words() == Words::Optree && path.is_empty() {
                 m.text(" tree root")
             } else {
                 m.text(&path)
@@ -218,7 +200,8 @@ pub fn prefix_errors<'py>(
             crate::errors::repr(pt.as_any()),
             crate::errors::repr(ft.as_any()),
         );
-        let both_std_dict = face == Face::Optree && is_std_dict(py, &pt) && is_std_dict(py, &ft);
+        let both_std_dict =
+            !face.rules().mappings_match_exactly && is_std_dict(py, &pt) && is_std_dict(py, &ft);
         if !pt.is(&ft) && !both_std_dict {
             let m = at_path(
                 Message::default()
@@ -245,8 +228,9 @@ pub fn prefix_errors<'py>(
             .name()
         };
         let (np, nf) = (pl.children().len(), full_children.len());
-        match face {
-            Face::Jax => {
+        // Each peer compares a level in its own way and words it in its own texts.
+        match face.words() {
+            Words::Jax => {
                 if pt.is_subclass_of::<PyList>()? || pt.is_subclass_of::<PyTuple>()? {
                     if np != nf {
                         let name = pt.name()?.to_string();
@@ -260,7 +244,7 @@ pub fn prefix_errors<'py>(
                 } else if np != nf {
                     let pk = jax_key_strs(py, pn)?;
                     let fk = jax_key_strs(py, fn_)?;
-                    let objects = jax_prints_key_objects(py);
+                    let objects = crate::errors::prints_key_objects();
                     let text = |k: &Bound<'_, PyAny>| {
                         if objects {
                             str_of(k)
@@ -328,7 +312,7 @@ pub fn prefix_errors<'py>(
                     continue;
                 }
             }
-            Face::Optree => {
+            Words::Optree => {
                 if both_std_dict {
                     let keys_of = |n: &Node| -> PyResult<Bound<'py, PyList>> {
                         let k = n.keys().as_ref().invariant("a mapping node without keys")?;
@@ -403,9 +387,9 @@ pub fn prefix_errors<'py>(
         let base = trail.len();
         for j in 0..pairs.len() {
             let mut entry = String::new();
-            match (face, pn.entry(py, j)) {
+            match (face.rules().keys_are_jax_objects, pn.entry(py, j)) {
                 // optree's accessors quote a registered node's raw entries.
-                (Face::Optree, crate::path_text::PathEntry::Text(_)) if pn.kind == Kind::Custom => {
+                (false, crate::path_text::PathEntry::Text(_)) if pn.kind == Kind::Custom => {
                     let raw = crate::treespec::keys::child_key(
                         py,
                         pn,

@@ -9,10 +9,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
 
+use crate::errors::TreeError;
 use crate::plugins::Plugin;
 use crate::types::{self, PtrMap};
 
@@ -295,15 +295,15 @@ fn namespace_label(py: Python<'_>, namespace: &str) -> PyResult<String> {
 fn namespace_arg(namespace: &Bound<'_, PyAny>) -> PyResult<String> {
     match namespace.cast::<PyString>() {
         Ok(s) => Ok(s.to_str()?.to_owned()),
-        Err(_) => Err(PyTypeError::new_err(format!(
-            "The namespace must be a string, got {}.",
-            namespace.repr()?
-        ))),
+        Err(_) => Err(TreeError::NamespaceNotStr {
+            got: namespace.repr()?.to_string(),
+        }
+        .into()),
     }
 }
 
 /// Builtin node types cannot be registered or unregistered (`what`): their rules are fixed.
-fn check_registrable(cls: &Bound<'_, PyType>, what: &str) -> PyResult<()> {
+fn check_registrable(cls: &Bound<'_, PyType>, what: &'static str) -> PyResult<()> {
     let py = cls.py();
     let c = types::collections(py);
     let builtins = [
@@ -316,10 +316,11 @@ fn check_registrable(cls: &Bound<'_, PyType>, what: &str) -> PyResult<()> {
         c.deque.as_ptr(),
     ];
     if builtins.contains(&cls.as_ptr()) {
-        return Err(PyValueError::new_err(format!(
-            "PyTree type {} is a built-in type and cannot be {what}.",
-            cls.repr()?
-        )));
+        return Err(TreeError::BuiltinType {
+            cls: cls.repr()?.to_string(),
+            what,
+        }
+        .into());
     }
     Ok(())
 }
@@ -348,11 +349,11 @@ fn insert(
     update(|r| {
         let table = r.table(namespace);
         if table.contains_key(&key) {
-            return Err(PyValueError::new_err(format!(
-                "PyTree type {} is already registered in {}.",
-                cls.repr()?,
-                namespace_label(cls.py(), namespace)?
-            )));
+            return Err(TreeError::AlreadyRegistered {
+                cls: cls.repr()?.to_string(),
+                label: namespace_label(cls.py(), namespace)?,
+            }
+            .into());
         }
         table.insert(key, reg);
         Ok(())
@@ -390,8 +391,7 @@ fn warn_override(cls: &Bound<'_, PyType>, namespace: &str) -> PyResult<()> {
         PyString::new(py, namespace).repr()?
     );
     let category = py.get_type::<pyo3::exceptions::PyUserWarning>();
-    let message =
-        std::ffi::CString::new(message).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let message = std::ffi::CString::new(message).map_err(|e| TreeError::Value(e.to_string()))?;
     PyErr::warn(py, category.as_any(), &message, 1)
 }
 
@@ -403,10 +403,10 @@ fn check_entry_type(t: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         .cast::<PyType>()
         .is_ok_and(|ty| ty.is_subclass(&base).unwrap_or(false));
     if !ok {
-        return Err(PyTypeError::new_err(format!(
-            "Expected a subclass of PyTreeEntry, got {}.",
-            t.repr()?
-        )));
+        return Err(TreeError::NotEntryType {
+            got: t.repr()?.to_string(),
+        }
+        .into());
     }
     Ok(t.clone().unbind())
 }
@@ -415,10 +415,11 @@ fn check_callable(f: &Bound<'_, PyAny>, what: &str) -> PyResult<()> {
     if f.is_callable() {
         Ok(())
     } else {
-        Err(PyTypeError::new_err(format!(
-            "{what} must be callable, got {}",
-            f.get_type().name()?
-        )))
+        Err(TreeError::NotCallable {
+            what: what.to_owned(),
+            type_name: f.get_type().name()?.to_string(),
+        }
+        .into())
     }
 }
 
@@ -472,10 +473,10 @@ pub fn register_pytree_node<'py>(
 
 fn as_type<'a, 'py>(cls: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyType>> {
     cls.cast::<PyType>().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "Expected a class, got {}.",
-            cls.repr().map(|r| r.to_string()).unwrap_or_default()
-        ))
+        TreeError::NotAClass {
+            got: cls.repr().map(|r| r.to_string()).unwrap_or_default(),
+        }
+        .into()
     })
 }
 
@@ -514,11 +515,11 @@ pub fn _register_dataclass_fields<'py>(
             PyTuple::new(cls.py(), intern(names))?
         }
         Some(names) => {
-            return Err(PyValueError::new_err(format!(
-                "init_names must name every data and meta field: expected {}, got {}",
-                data.len() + meta.len(),
-                names.len()
-            )));
+            return Err(TreeError::InitNames {
+                expected: data.len() + meta.len(),
+                got: names.len(),
+            }
+            .into());
         }
     }
     .unbind();
@@ -639,11 +640,12 @@ pub fn unregister_pytree_node(
             } else {
                 "is not registered"
             };
-            Err(PyValueError::new_err(format!(
-                "PyTree type {} {what} in {}.",
-                ty.repr()?,
-                namespace_label(cls.py(), namespace)?
-            )))
+            Err(TreeError::NotRegistered {
+                cls: ty.repr()?.to_string(),
+                what,
+                label: namespace_label(cls.py(), namespace)?,
+            }
+            .into())
         }
     }
 }

@@ -563,10 +563,10 @@ pub fn _tuple_fields<'py>(
 ) -> PyResult<Vec<Option<String>>> {
     let kind = tuple_subclass_kind(cls);
     if kind == Kind::Leaf {
-        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
-            "Expected a namedtuple or a PyStructSequence type, got {}.",
-            cls.repr()?
-        )));
+        return Err(crate::errors::TreeError::NotTupleClass {
+            got: cls.repr()?.to_string(),
+        }
+        .into());
     }
     let names = field_names(cls.as_any(), kind)?;
     Ok(if unnamed {

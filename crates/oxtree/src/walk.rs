@@ -190,10 +190,15 @@ fn flatten_rests<'py>(
         let which = format_args!("rests[{i}]");
         match crate::treespec::traverse::flatten_up_to(spec, &rest, reg, Some(&which)) {
             Ok(found) => others.push(found),
-            Err(err) if spec.face == Face::Jax && err.is_instance_of::<PyValueError>(tree.py()) => {
+            Err(err)
+                if spec.face.rules().reports_prefix_errors
+                    && err.is_instance_of::<PyValueError>(tree.py()) =>
+            {
                 let errors = crate::prefix::prefix_errors(tree, &rest, opts, reg)?;
                 return Err(match errors.first() {
-                    Some(first) => PyValueError::new_err(first.render(&format!("{caller} tree"))),
+                    Some(first) => {
+                        TreeError::Prefix(first.render(&format!("{caller} tree"))).into()
+                    }
                     None => err,
                 });
             }
@@ -227,7 +232,7 @@ pub fn is_leaf_impl(
             return Ok(true);
         }
     }
-    let jax = face == Face::Jax || crate::jax_registry::main_face_reads();
+    let jax = face.rules().reads_jax_registry || crate::jax_registry::main_face_reads();
     let seen_by = crate::jax_registry::Sighting::default();
     registry::with_registry(|reg| {
         Ok(matches!(

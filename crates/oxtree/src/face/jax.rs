@@ -272,3 +272,18 @@ pub fn tree_set_matching<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     walk::set_matching_impl(tree, pattern, value.0, func, &jax_opts(is_leaf, false))
 }
+
+/// Tells the core the version of the JAX loaded beside it, whose words the JAX face then
+/// speaks where JAX's releases differ (a prefix error's child keys: `b` before jax 0.11,
+/// `['b']` since). `oxtree.tree_util` calls it once, when JAX is loaded; until then the newest
+/// JAX's words are used.
+#[pyfunction]
+pub fn _set_jax_version(version: &str) {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let major = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    // A version that does not parse says nothing: the words stay as they were.
+    if (major, minor) != (0, 0) {
+        crate::errors::set_jax_version(major, minor);
+    }
+}

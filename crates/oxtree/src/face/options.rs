@@ -49,7 +49,7 @@ impl<'a, 'py> Options<'a, 'py> {
     /// Whether the walk reads JAX's registry for types oxtree does not register.
     #[inline]
     pub fn reads_jax(&self) -> bool {
-        self.jax_registry || self.face == Face::Jax
+        self.jax_registry || self.face.rules().reads_jax_registry
     }
 
     /// [`Options::new`] for the face a `jax=` flag names.

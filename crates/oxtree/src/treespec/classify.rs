@@ -134,7 +134,8 @@ fn builtin_class<'a, 'py>(
     if flags & ffi::Py_TPFLAGS_TUPLE_SUBCLASS != 0 {
         let kind = types::tuple_subclass_kind(&bound());
         // JAX treats struct sequences as leaves.
-        return if kind == Kind::Leaf || (kind == Kind::StructSeq && face == Face::Jax) {
+        return if kind == Kind::Leaf || (kind == Kind::StructSeq && !face.rules().structseq_is_node)
+        {
             Class::Leaf
         } else {
             Class::Node(kind)
@@ -150,7 +151,7 @@ fn builtin_class<'a, 'py>(
         }
         return Class::Leaf;
     }
-    if ty == c.deque.as_ptr().cast() && face == Face::Optree {
+    if ty == c.deque.as_ptr().cast() && face.rules().deque_is_node {
         return Class::Node(Kind::Deque);
     }
     Class::Leaf

@@ -4,7 +4,7 @@ use pyo3::prelude::*;
 
 use super::{Node, PyTreeSpec};
 use crate::errors::TreeError;
-use crate::face::Face;
+use crate::face::Words;
 use crate::kind::Kind;
 
 fn same_object(a: &Option<Py<PyAny>>, b: &Option<Py<PyAny>>) -> bool {
@@ -132,7 +132,7 @@ pub fn equal(a: &PyTreeSpec, b: &PyTreeSpec, py: Python<'_>) -> PyResult<bool> {
         match equal_nodes(py, x, y) {
             Ok(true) => {}
             Ok(false) => return Ok(false),
-            Err(err) if a.face == Face::Jax => return Err(jax_metadata_error(py, x, err)),
+            Err(err) if a.face.words() == Words::Jax => return Err(jax_metadata_error(py, x, err)),
             Err(err) => return Err(err),
         }
     }
@@ -143,22 +143,11 @@ pub fn equal(a: &PyTreeSpec, b: &PyTreeSpec, py: Python<'_>) -> PyResult<bool> {
 /// registered type, with the original exception as its cause.
 #[cold]
 fn jax_metadata_error(py: Python<'_>, node: &Node, err: PyErr) -> PyErr {
-    let mut message =
-        String::from("Exception raised while checking equality of metadata fields of pytree");
-    if let Some(reg) = node.custom() {
+    let ty = node.custom().map(|reg| {
         let shown = reg.ty.bind(py).repr().map(|r| r.to_string());
-        message.push_str(&format!(
-            " node of type {}",
-            shown.unwrap_or_else(|_| reg.name(py))
-        ));
-    }
-    message.push_str(
-        ". Make sure that metadata fields are hashable and have simple equality semantics. \
-         (Note: arrays cannot be passed as metadata fields!)",
-    );
-    let wrapped: PyErr = TreeError::Value(message).into();
-    wrapped.set_cause(py, Some(err));
-    wrapped
+        shown.unwrap_or_else(|_| reg.name(py))
+    });
+    TreeError::MetadataEquality { ty }.caused_by(py, err)
 }
 
 /// A 64-bit mixing step (the finalizer of SplitMix64 over a running state).

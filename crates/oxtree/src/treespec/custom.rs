@@ -5,7 +5,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::errors::{short_repr, TreeError};
-use crate::face::Face;
+use crate::face::{Face, Words};
 use crate::registry::{Children, Flattened, Registration, Rule};
 
 /// The children, aux data and (when known) child keys of a registered node. With
@@ -134,16 +134,18 @@ fn noted(py: Python<'_>, err: PyErr, which: &str, reg: &Registration) -> PyErr {
 fn bad_result(
     py: Python<'_>,
     reg: &Registration,
-    which: &str,
-    expected: &str,
+    which: &'static str,
+    expected: &'static str,
     why: &str,
     out: &Bound<'_, PyAny>,
 ) -> PyErr {
-    TreeError::Type(format!(
-        "the {which} function registered for {} must return {expected}; {why}: {}",
-        reg.name(py),
-        short_repr(out, 80)
-    ))
+    TreeError::BadResult {
+        registered: reg.name(py),
+        which,
+        expected,
+        why: why.to_owned(),
+        result: short_repr(out, 80),
+    }
     .into()
 }
 
@@ -157,16 +159,7 @@ fn jax_bad_result(out: &Bound<'_, PyAny>) -> PyErr {
         .map(|r| r.to_string())
         .unwrap_or_else(|_| short_repr(out, 80));
     let pair = out.cast::<PyTuple>().is_ok_and(|t| t.len() == 2);
-    let what = if pair {
-        " where 'children' is iterable"
-    } else {
-        ""
-    };
-    TreeError::Value(format!(
-        "The to_iterable function for a custom PyTree node should return a (children, \
-         aux_data) tuple{what}, got {shown}"
-    ))
-    .into()
+    TreeError::JaxFlattenResult { shown, pair }.into()
 }
 
 /// optree's RuntimeError for a flatten function's result of the wrong shape (`what` it did,
@@ -175,7 +168,7 @@ fn jax_bad_result(out: &Bound<'_, PyAny>) -> PyErr {
 fn optree_flatten_error(
     py: Python<'_>,
     reg: &Registration,
-    what: &str,
+    fault: crate::errors::FlattenFault,
     out: &Bound<'_, PyAny>,
 ) -> PyErr {
     let ty = reg
@@ -184,10 +177,12 @@ fn optree_flatten_error(
         .repr()
         .map(|r| r.to_string())
         .unwrap_or_else(|_| reg.name(py));
-    pyo3::exceptions::PyRuntimeError::new_err(format!(
-        "PyTree custom flatten function for type {ty} {what} It returned: {}",
-        short_repr(out, 80)
-    ))
+    TreeError::FlattenShape {
+        ty,
+        fault,
+        result: short_repr(out, 80),
+    }
+    .into()
 }
 
 /// Splits what a registered flatten function returned into its children and aux data.
@@ -198,7 +193,7 @@ fn split_flatten_result<'py>(
     face: Face,
 ) -> PyResult<Flattened<'py>> {
     let bad = |why: &str| {
-        if face == Face::Jax {
+        if face.words() == Words::Jax {
             return jax_bad_result(out);
         }
         bad_result(
@@ -216,33 +211,29 @@ fn split_flatten_result<'py>(
         Ok(t) => t,
         Err(_) => {
             let items = out.try_iter().map_err(|e| {
-                if face == Face::Jax {
+                if face.words() == Words::Jax {
                     return jax_bad_result(out);
                 }
                 // Python's own words first (optree's), then which function returned what.
-                let err: PyErr = TreeError::Type(format!(
-                    "{}; the flatten function registered for {} must return (children, \
-                     aux_data) or (children, aux_data, entries), got {}",
-                    e.value(py),
-                    reg.name(py),
-                    short_repr(out, 80)
-                ))
-                .into();
-                err.set_cause(py, Some(e));
-                err
+                TreeError::FlattenNotIterable {
+                    python: e.value(py).to_string(),
+                    registered: reg.name(py),
+                    result: short_repr(out, 80),
+                }
+                .caused_by(py, e)
             })?;
             converted = PyTuple::new(py, items.collect::<PyResult<Vec<_>>>()?)?;
             &converted
         }
     };
     if parts.len() != 2 && parts.len() != 3 {
-        if face == Face::Jax {
+        if face.words() == Words::Jax {
             return Err(jax_bad_result(out));
         }
         return Err(optree_flatten_error(
             py,
             reg,
-            &format!("should return a 2- or 3-tuple, got {}.", parts.len()),
+            crate::errors::FlattenFault::Length(parts.len()),
             out,
         ));
     }
@@ -273,17 +264,16 @@ fn split_flatten_result<'py>(
             }
         };
         if entries.len() != children.len() {
-            if face == Face::Jax {
+            if face.words() == Words::Jax {
                 return Err(bad("its entries and children differ in number"));
             }
             return Err(optree_flatten_error(
                 py,
                 reg,
-                &format!(
-                    "returned inconsistent number of children ({}) and number of entries ({}).",
-                    children.len(),
-                    entries.len()
-                ),
+                crate::errors::FlattenFault::EntriesCount {
+                    children: children.len(),
+                    entries: entries.len(),
+                },
                 out,
             ));
         }
@@ -506,10 +496,10 @@ fn init_directly<'py>(
     let obj = obj?;
     let result = crate::ffi::call_method_kw(&init, &obj, [children, meta_values], kwnames)?;
     if !result.is_none() {
-        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
-            "__init__() should return None, not '{}'",
-            crate::errors::type_name(&result)
-        )));
+        return Err(TreeError::InitReturned {
+            type_name: crate::errors::type_name(&result),
+        }
+        .into());
     }
     Ok(Some(obj))
 }

@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use smallvec::SmallVec;
 
+use crate::errors::TreeError;
 use crate::invariant::Invariant;
 use crate::types;
 
@@ -350,11 +351,7 @@ pub fn sort_keys_in_place(
         keys.set_item(i, key)?;
     }
     if strict {
-        let out = pyo3::exceptions::PyValueError::new_err(
-            "Comparator raised exception while sorting pytree dictionary keys.",
-        );
-        out.set_cause(py, Some(err));
-        return Err(out);
+        return Err(TreeError::UnsortableKeys.caused_by(py, err));
     }
     if !err.is_instance_of::<PyTypeError>(py) {
         return Err(err);
@@ -376,11 +373,7 @@ pub fn sort_keys<'py>(keys: &Bound<'py, PyList>, strict: bool) -> PyResult<Bound
         Ok(()) => return Ok(sorted),
         Err(e) if strict => {
             // JAX's rule: keys that do not sort are an error.
-            let err = pyo3::exceptions::PyValueError::new_err(
-                "Comparator raised exception while sorting pytree dictionary keys.",
-            );
-            err.set_cause(py, Some(e));
-            return Err(err);
+            return Err(TreeError::UnsortableKeys.caused_by(py, e));
         }
         Err(e) if e.is_instance_of::<PyTypeError>(py) => {}
         Err(e) => return Err(e),

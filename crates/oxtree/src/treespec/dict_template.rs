@@ -69,7 +69,7 @@ pub fn copy_with_values<'py>(
         return None;
     }
     let keys = node.keys().as_ref()?.bind(py);
-    let insertion = if face == Face::Jax {
+    let insertion = if !face.rules().records_insertion_order {
         None
     } else {
         node.insertion()

@@ -577,8 +577,8 @@ impl<
             .map_err(|_| crate::internal!("a mapping that is no dict"))?;
         // Whether the key list is known to be untracked already (all keys str).
         let mut untracked = false;
-        let own_order =
-            kind == Kind::OrderedDict || (self.insertion_ordered && self.face != Face::Jax);
+        let own_order = kind == Kind::OrderedDict
+            || (self.insertion_ordered && self.face.rules().honours_insertion_ordered_mode);
         let (keys, insertion) = if own_order {
             // The OrderedDict's own order, which its dict storage need not follow (and a
             // dict's insertion order in `dict_insertion_ordered` mode).
@@ -594,7 +594,7 @@ impl<
             (keys, None)
         } else if let Some((keys, insertion)) = small_str_items(dict, &mut self.pending) {
             untracked = true;
-            let insertion = if self.face == Face::Jax {
+            let insertion = if !self.face.rules().records_insertion_order {
                 None
             } else {
                 insertion
@@ -608,14 +608,14 @@ impl<
             // collected objects means fewer garbage-collector passes (9% of a gpt2 flatten).
             let (keys, ins_keys, mut values) = dict_items(dict)?;
             if keys.len() > 1 {
-                sort_keys_in_place(&keys, &ins_keys, self.face == Face::Jax)?;
+                sort_keys_in_place(&keys, &ins_keys, self.face.rules().sorts_dict_keys_strictly)?;
             }
             let insertion = insertion_positions(&keys, &ins_keys)?;
             if let Some(positions) = &insertion {
                 permute(&mut values, |i| positions.get(i));
             }
             // JAX rebuilds dicts sorted: its treespecs keep no insertion order.
-            let insertion = if self.face == Face::Jax {
+            let insertion = if !self.face.rules().records_insertion_order {
                 None
             } else {
                 insertion

@@ -49,7 +49,7 @@ fn matching_children(
     if compare::same_node(py, x, y)? {
         return Ok(Some((0..x.arity).collect()));
     }
-    if face == crate::face::Face::Jax || x.arity != y.arity {
+    if face.rules().mappings_match_exactly || x.arity != y.arity {
         return Ok(None);
     }
     if x.kind == Kind::Deque && y.kind == Kind::Deque {

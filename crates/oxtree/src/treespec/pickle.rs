@@ -252,15 +252,16 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
                     return Err(bad(format!("node {i}: repeated dict keys")));
                 }
                 if kind != Kind::OrderedDict && arity > 1 {
-                    if insertion.is_some() && face == Face::Jax {
+                    if insertion.is_some() && !face.rules().records_insertion_order {
                         return Err(bad(format!(
                             "node {i}: a JAX treedef records no insertion order"
                         )));
                     }
-                    let sorted = super::dict_order::sort_keys(&k, face == Face::Jax)
-                        .map_err(|_| bad(format!("node {i}: dict keys do not sort")))?;
+                    let sorted =
+                        super::dict_order::sort_keys(&k, face.rules().sorts_dict_keys_strictly)
+                            .map_err(|_| bad(format!("node {i}: dict keys do not sort")))?;
                     if !sorted.iter().zip(k.iter()).all(|(a, b)| a.is(&b)) {
-                        if insertion.is_some() || face == Face::Jax {
+                        if insertion.is_some() || !face.rules().records_insertion_order {
                             return Err(bad(format!(
                                 "node {i}: dict keys are not in sorted order"
                             )));
@@ -403,11 +404,12 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
             pending.len()
         )));
     }
-    if face == Face::Jax
-        && (none_is_leaf
-            || nodes
-                .iter()
-                .any(|n| matches!(n.kind, Kind::Deque | Kind::StructSeq)))
+    let rules = face.rules();
+    if (none_is_leaf && !rules.none_is_leaf_allowed)
+        || nodes.iter().any(|n| {
+            (n.kind == Kind::Deque && !rules.deque_is_node)
+                || (n.kind == Kind::StructSeq && !rules.structseq_is_node)
+        })
     {
         return Err(bad(
             "a JAX treespec has no deque or struct sequence nodes and None is never a leaf",

@@ -19,7 +19,6 @@ use pyo3::types::{PyBytes, PyString, PyTuple};
 
 use super::{pickle, PyTreeSpec};
 use crate::errors::TreeError;
-use crate::face::Face;
 use crate::kind::Kind;
 
 const LEAF: u64 = 1;
@@ -54,7 +53,7 @@ fn put_len(out: &mut Vec<u8>, field: u64, bytes: &[u8]) {
 
 /// The bytes JAX's `serialize_using_proto` gives for the same treedef.
 pub fn serialize<'py>(spec: &PyTreeSpec, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-    if spec.face != Face::Jax {
+    if !spec.face.rules().jax_forms {
         return Err(TreeError::Value(
             "serialize_using_proto: only treedefs of the JAX face (oxtree.tree_util) have a \
              proto form; use pickle for this treespec"

@@ -6,7 +6,6 @@
 use pyo3::prelude::*;
 
 use super::PyTreeSpec;
-use crate::face::Face;
 use crate::invariant::Invariant;
 use crate::kind::Kind;
 use crate::types;
@@ -60,100 +59,99 @@ pub fn body_labelled(
             },
             _ => Vec::new(),
         };
-        let (open, close, labels): (String, String, Option<(&[String], &str)>) = if spec.face
-            == Face::Jax
-            && matches!(
-                node.kind,
-                Kind::NamedTuple | Kind::OrderedDict | Kind::DefaultDict | Kind::Custom
-            ) {
-            // JAX's grammar: every node but the builtin containers is `CustomNode(T[aux], [...])`.
-            let (name, aux) = jax_custom_label(py, node)?;
-            (format!("CustomNode({name}[{aux}], ["), "])".into(), None)
-        } else {
-            match node.kind {
-                Kind::Leaf => (
-                    label(idx).unwrap_or_else(|| "*".into()),
-                    String::new(),
-                    None,
-                ),
-                Kind::None => ("None".into(), String::new(), None),
-                Kind::Tuple => {
-                    let close = if node.arity == 1 { ",)" } else { ")" };
-                    ("(".into(), close.into(), None)
-                }
-                Kind::List => ("[".into(), "]".into(), None),
-                Kind::Dict => ("{".into(), "}".into(), Some((&keys, ": "))),
-                Kind::NamedTuple | Kind::StructSeq => {
-                    let t = node.kept_data(py);
-                    if node.kind == Kind::NamedTuple && keys.len() != node.arity {
-                        // optree's words for a namedtuple whose `_fields` changed since.
-                        return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                            "Number of fields ({}) of namedtuple type {} does not match the \
-                             arity ({}) of the treespec node. The `_fields` attribute may have \
-                             been modified after the treespec was created.",
-                            keys.len(),
-                            t.repr()?,
-                            node.arity
-                        )));
-                    }
-                    let name = if node.kind == Kind::NamedTuple {
-                        t.getattr("__name__")?.to_string()
-                    } else {
-                        format!(
-                            "{}.{}",
-                            t.getattr("__module__")?,
-                            t.getattr("__qualname__")?
-                        )
-                    };
-                    (format!("{name}("), ")".into(), Some((&keys, "=")))
-                }
-                Kind::OrderedDict => {
-                    if node.arity == 0 {
-                        ("OrderedDict()".into(), String::new(), None)
-                    } else {
-                        ("OrderedDict({".into(), "})".into(), Some((&keys, ": ")))
-                    }
-                }
-                Kind::DefaultDict => {
-                    let factory = repr_of(node.kept_data(py))?;
-                    (
-                        format!("defaultdict({factory}, {{"),
-                        "})".into(),
-                        Some((&keys, ": ")),
-                    )
-                }
-                Kind::Deque => {
-                    let maxlen = node.kept_data(py);
-                    let close = if maxlen.is_none() {
-                        "])".to_string()
-                    } else {
-                        format!("], maxlen={})", repr_of(maxlen)?)
-                    };
-                    if node.arity == 0 {
-                        let open = if maxlen.is_none() {
-                            "deque()".to_string()
-                        } else {
-                            format!("deque(maxlen={})", repr_of(maxlen)?)
-                        };
-                        (open, String::new(), None)
-                    } else {
-                        ("deque([".into(), close, None)
-                    }
-                }
-                Kind::Custom => {
-                    let name = node
-                        .custom()
-                        .invariant("a custom node without its registration")?
-                        .name(py);
-                    let aux = super::node_data::custom_metadata(py, node)?;
-                    (
-                        format!("CustomTreeNode({name}[{}], [", repr_of(&aux)?),
-                        "])".into(),
+        let (open, close, labels): (String, String, Option<(&[String], &str)>) =
+            if spec.face.rules().jax_forms
+                && matches!(
+                    node.kind,
+                    Kind::NamedTuple | Kind::OrderedDict | Kind::DefaultDict | Kind::Custom
+                )
+            {
+                // JAX's grammar: every node but the builtin containers is `CustomNode(T[aux], [...])`.
+                let (name, aux) = jax_custom_label(py, node)?;
+                (format!("CustomNode({name}[{aux}], ["), "])".into(), None)
+            } else {
+                match node.kind {
+                    Kind::Leaf => (
+                        label(idx).unwrap_or_else(|| "*".into()),
+                        String::new(),
                         None,
-                    )
+                    ),
+                    Kind::None => ("None".into(), String::new(), None),
+                    Kind::Tuple => {
+                        let close = if node.arity == 1 { ",)" } else { ")" };
+                        ("(".into(), close.into(), None)
+                    }
+                    Kind::List => ("[".into(), "]".into(), None),
+                    Kind::Dict => ("{".into(), "}".into(), Some((&keys, ": "))),
+                    Kind::NamedTuple | Kind::StructSeq => {
+                        let t = node.kept_data(py);
+                        if node.kind == Kind::NamedTuple && keys.len() != node.arity {
+                            // optree's words for a namedtuple whose `_fields` changed since.
+                            return Err(crate::errors::TreeError::NamedTupleFields {
+                                fields: keys.len(),
+                                ty: t.repr()?.to_string(),
+                                arity: node.arity,
+                            }
+                            .into());
+                        }
+                        let name = if node.kind == Kind::NamedTuple {
+                            t.getattr("__name__")?.to_string()
+                        } else {
+                            format!(
+                                "{}.{}",
+                                t.getattr("__module__")?,
+                                t.getattr("__qualname__")?
+                            )
+                        };
+                        (format!("{name}("), ")".into(), Some((&keys, "=")))
+                    }
+                    Kind::OrderedDict => {
+                        if node.arity == 0 {
+                            ("OrderedDict()".into(), String::new(), None)
+                        } else {
+                            ("OrderedDict({".into(), "})".into(), Some((&keys, ": ")))
+                        }
+                    }
+                    Kind::DefaultDict => {
+                        let factory = repr_of(node.kept_data(py))?;
+                        (
+                            format!("defaultdict({factory}, {{"),
+                            "})".into(),
+                            Some((&keys, ": ")),
+                        )
+                    }
+                    Kind::Deque => {
+                        let maxlen = node.kept_data(py);
+                        let close = if maxlen.is_none() {
+                            "])".to_string()
+                        } else {
+                            format!("], maxlen={})", repr_of(maxlen)?)
+                        };
+                        if node.arity == 0 {
+                            let open = if maxlen.is_none() {
+                                "deque()".to_string()
+                            } else {
+                                format!("deque(maxlen={})", repr_of(maxlen)?)
+                            };
+                            (open, String::new(), None)
+                        } else {
+                            ("deque([".into(), close, None)
+                        }
+                    }
+                    Kind::Custom => {
+                        let name = node
+                            .custom()
+                            .invariant("a custom node without its registration")?
+                            .name(py);
+                        let aux = super::node_data::custom_metadata(py, node)?;
+                        (
+                            format!("CustomTreeNode({name}[{}], [", repr_of(&aux)?),
+                            "])".into(),
+                            None,
+                        )
+                    }
                 }
-            }
-        };
+            };
         out.push_str(&open);
         // Queue, in reverse: the close, then each child preceded by its separator and label.
         tasks.push(Task::Text(close));
@@ -199,7 +197,7 @@ fn jax_custom_label(py: Python<'_>, node: &super::Node) -> PyResult<(String, Str
 }
 
 pub fn repr(spec: &PyTreeSpec, py: Python<'_>) -> PyResult<String> {
-    if spec.face == Face::Jax {
+    if spec.face.rules().jax_forms {
         return Ok(format!("PyTreeDef({})", body(spec, py)?));
     }
     Ok(format!("PyTreeSpec({}{})", body(spec, py)?, options(spec)))

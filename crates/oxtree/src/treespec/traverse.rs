@@ -149,7 +149,7 @@ fn node_children<'py>(
             // A mapping kind is known by type alone: JAX's registry is not asked.
             let ok = match super::classify::classify(obj, false, registry, "", face, None)? {
                 super::classify::Class::Node(k) => {
-                    k.is_mapping() && (face == Face::Optree || k == node.kind)
+                    k.is_mapping() && (!face.rules().mappings_match_exactly || k == node.kind)
                 }
                 _ => false,
             };
@@ -173,7 +173,7 @@ fn node_children<'py>(
                     None => return Ok(Some(key_mismatch(node, d, face)?)),
                 }
             }
-            if face == Face::Jax && node.kind == Kind::OrderedDict {
+            if face.rules().mappings_match_exactly && node.kind == Kind::OrderedDict {
                 // JAX's aux data of an OrderedDict is its key tuple: the order counts.
                 for (k, expected) in d.keys().iter().zip(keys.iter()) {
                     if !(k.is(&expected) || k.eq(&expected)?) {
@@ -182,7 +182,7 @@ fn node_children<'py>(
                     }
                 }
             }
-            if face == Face::Jax && node.kind == Kind::DefaultDict {
+            if face.rules().mappings_match_exactly && node.kind == Kind::DefaultDict {
                 // JAX compares a defaultdict's factory as part of its aux data.
                 let factory = obj.getattr(pyo3::intern!(py, "default_factory"))?;
                 let same = match &node.data {
@@ -264,7 +264,7 @@ fn key_mismatch(node: &Node, d: &Bound<'_, PyDict>, face: Face) -> PyResult<Mism
     let py = d.py();
     let keys = d.keys();
     // JAX shows an OrderedDict's keys in their order; sorted otherwise.
-    let got = if face == Face::Jax && node.kind == Kind::OrderedDict {
+    let got = if face.rules().mappings_match_exactly && node.kind == Kind::OrderedDict {
         keys
     } else {
         super::dict_order::sort_keys(&keys, false)?
@@ -355,26 +355,24 @@ fn keyed_path(
         if let Some(reg) = keyed {
             let (children, _, keys) = super::custom::flatten(py, reg, &cur, true)?;
             let key = keys
-                .ok_or_else(|| PyErr::new::<pyo3::exceptions::PyValueError, _>("no keys"))?
+                .ok_or_else(|| PyErr::from(TreeError::Value("no keys".into())))?
                 .get_item(j)?;
             entries.push(PathEntry::Text(super::custom_entry_text(&key)));
             cur = children
                 .into_vec()
                 .into_iter()
                 .nth(j)
-                .ok_or_else(|| PyErr::new::<pyo3::exceptions::PyValueError, _>("no child"))?;
+                .ok_or_else(|| PyErr::from(TreeError::Value("no child".into())))?;
         } else {
             entries.push(node.entry(py, j));
             let mut children = Vec::new();
             if node_children(py, node, &cur, registry, spec.face, &mut children)?.is_some() {
-                return Err(PyErr::new::<pyo3::exceptions::PyValueError, _>(
-                    "structure differs",
-                ));
+                return Err(TreeError::Value("structure differs".into()).into());
             }
             cur = children
                 .into_iter()
                 .nth(j)
-                .ok_or_else(|| PyErr::new::<pyo3::exceptions::PyValueError, _>("no child"))?;
+                .ok_or_else(|| PyErr::from(TreeError::Value("no child".into())))?;
         }
     }
     Ok(crate::path_text::render(root, &entries))

@@ -1,6 +1,5 @@
 //! Rebuilding trees from leaves: one loop over the post-order nodes with a value stack.
 
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
@@ -96,10 +95,9 @@ pub fn collect_leaves<'py>(
         vec
     } else {
         let iter = leaves.try_iter().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "leaves must be an iterable of leaves, got {}",
-                type_name(leaves)
-            ))
+            PyErr::from(crate::errors::TreeError::LeavesNotIterable {
+                type_name: type_name(leaves),
+            })
         })?;
         iter.collect::<PyResult<_>>()?
     };
@@ -419,7 +417,7 @@ pub fn fill_mapping<'py>(
         .invariant("a mapping node without its keys")?
         .bind(py);
     // JAX rebuilds dicts in sorted key order; optree in the original insertion order.
-    let positions = if face == Face::Jax {
+    let positions = if !face.rules().records_insertion_order {
         None
     } else {
         node.insertion()

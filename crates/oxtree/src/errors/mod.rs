@@ -1,0 +1,259 @@
+//! Every exception oxtree raises on its own account is built here, on the slow path: one
+//! enum, `TreeError` (its variants, the data, in `model.rs`), rendered in the words of the
+//! face that raises it (`optree_words.rs`, `jax_words.rs`; oxtree's own texts below) and
+//! converted to a Python exception in one `From` impl. `invariant.rs`, the floor below, builds
+//! the one other kind: the SystemError of a broken invariant of oxtree's own.
+
+use std::fmt;
+
+use pyo3::exceptions::{PyIndexError, PyRecursionError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+
+use crate::face::{Face, Words};
+
+mod jax_words;
+mod model;
+mod optree_words;
+
+pub use jax_words::{prints_key_objects, set_jax_version};
+pub use model::{
+    repr, short_repr, type_name, Expected, FlattenFault, Mismatch, SpecMismatch, TreeError,
+};
+pub use optree_words::key_difference;
+
+fn render_structure(
+    py: Python<'_>,
+    face: Face,
+    e: &Expected,
+    mismatch: &Mismatch,
+    found: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    match face.words() {
+        Words::Optree => optree_words::structure(py, e, mismatch, found),
+        Words::Jax => jax_words::structure(py, e, mismatch, found),
+    }
+}
+
+impl TreeError {
+    /// The message, in the words of the face the error belongs to: the peer library's text
+    /// first, unchanged, then oxtree's detail (where the structures differ).
+    #[cold]
+    pub fn message(&self, py: Python<'_>) -> String {
+        let with_path = |text: String, path: &Option<String>| match path {
+            Some(p) => format!("{text}\nMismatch at key path: {p}"),
+            None => text,
+        };
+        match self {
+            TreeError::Structure {
+                face,
+                expected,
+                mismatch,
+                found,
+                path,
+            } => match render_structure(py, *face, expected, mismatch, found.bind(py)) {
+                Ok(text) => with_path(text, path),
+                Err(e) => format!("tree structure mismatch ({e})"),
+            },
+            TreeError::SpecStructure {
+                mismatch,
+                expected,
+                got,
+                path,
+            } => match optree_words::spec_structure(py, mismatch, expected, got) {
+                Ok(text) => with_path(text, path),
+                Err(e) => format!("treespec structure mismatch ({e})"),
+            },
+            _ => self.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for TreeError {
+    #[cold]
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TreeError::Structure { .. } | TreeError::SpecStructure { .. } => {
+                f.write_str(&Python::attach(|py| self.message(py)))
+            }
+            TreeError::LeafCount {
+                face,
+                what,
+                expected,
+                got,
+            } => f.write_str(&match face.words() {
+                Words::Optree => optree_words::leaf_count(what, *expected, *got),
+                Words::Jax => jax_words::leaf_count(*expected, *got),
+            }),
+            TreeError::Cycle {
+                closes_at,
+                ancestor,
+            } => write!(
+                f,
+                "cycle detected: the container at {closes_at} is the same object as its \
+                 ancestor at {ancestor}; a pytree cannot contain itself (use graph flattening \
+                 for objects with cyclic references)"
+            ),
+            TreeError::TooDeep { path, limit } => write!(
+                f,
+                "maximum tree depth ({limit}) exceeded at {path} while walking the tree"
+            ),
+            TreeError::Mutated { path, what } => {
+                write!(
+                    f,
+                    "the {what} at {path} changed size while the tree was walked"
+                )
+            }
+            TreeError::Type(msg) | TreeError::Value(msg) | TreeError::Index(msg) => {
+                f.write_str(msg)
+            }
+            TreeError::Memory(msg) => f.write_str(msg),
+            TreeError::NamespaceNotStr { .. }
+            | TreeError::BuiltinType { .. }
+            | TreeError::AlreadyRegistered { .. }
+            | TreeError::NotRegistered { .. }
+            | TreeError::NotEntryType { .. }
+            | TreeError::NotTupleClass { .. }
+            | TreeError::FlattenShape { .. }
+            | TreeError::NamedTupleFields { .. }
+            | TreeError::TransposeNoLeaves { .. } => f.write_str(&optree_words::message(self)),
+            TreeError::JaxFlattenResult { .. }
+            | TreeError::MetadataEquality { .. }
+            | TreeError::UnsortableKeys => f.write_str(&jax_words::message(self)),
+            // oxtree's own words (and Python's, where Python raises the same fault).
+            TreeError::NotCallable { what, type_name } => {
+                write!(f, "{what} must be callable, got {type_name}")
+            }
+            TreeError::NotAClass { got } => write!(f, "Expected a class, got {got}."),
+            TreeError::InitNames { expected, got } => write!(
+                f,
+                "init_names must name every data and meta field: expected {expected}, got {got}"
+            ),
+            TreeError::JaxDescription { ty, described } => write!(
+                f,
+                "oxtree could not read JAX's registration of {ty}: unexpected description \
+                 {described} (please report this)"
+            ),
+            TreeError::BadResult {
+                registered,
+                which,
+                expected,
+                why,
+                result,
+            } => write!(
+                f,
+                "the {which} function registered for {registered} must return {expected}; \
+                 {why}: {result}"
+            ),
+            TreeError::FlattenNotIterable {
+                python,
+                registered,
+                result,
+            } => write!(
+                f,
+                "{python}; the flatten function registered for {registered} must return \
+                 (children, aux_data) or (children, aux_data, entries), got {result}"
+            ),
+            TreeError::InitReturned { type_name } => {
+                write!(f, "__init__() should return None, not '{type_name}'")
+            }
+            TreeError::GraphDefState(why) => write!(f, "invalid GraphDef state: {why}"),
+            TreeError::LeavesNotIterable { type_name } => {
+                write!(f, "leaves must be an iterable of leaves, got {type_name}")
+            }
+            TreeError::EmptyReduce => {
+                f.write_str("reduce() of empty iterable with no initial value")
+            }
+            TreeError::EmptyAssociativeReduce => {
+                f.write_str("Must specify identity for parallel reduction of empty sequence.")
+            }
+            TreeError::Prefix(msg) => f.write_str(msg),
+        }
+    }
+}
+
+impl TreeError {
+    /// The Python exception, raised from `cause` (its `__cause__`).
+    #[cold]
+    pub fn caused_by(self, py: Python<'_>, cause: PyErr) -> PyErr {
+        let err: PyErr = self.into();
+        err.set_cause(py, Some(cause));
+        err
+    }
+}
+
+impl From<TreeError> for PyErr {
+    #[cold]
+    fn from(err: TreeError) -> PyErr {
+        let msg = err.to_string();
+        match err {
+            TreeError::Structure { .. }
+            | TreeError::SpecStructure { .. }
+            | TreeError::LeafCount { .. }
+            | TreeError::Value(_)
+            | TreeError::BuiltinType { .. }
+            | TreeError::AlreadyRegistered { .. }
+            | TreeError::NotRegistered { .. }
+            | TreeError::InitNames { .. }
+            | TreeError::JaxFlattenResult { .. }
+            | TreeError::MetadataEquality { .. }
+            | TreeError::UnsortableKeys
+            | TreeError::GraphDefState(_)
+            | TreeError::NamedTupleFields { .. }
+            | TreeError::TransposeNoLeaves { .. }
+            | TreeError::Prefix(_) => PyValueError::new_err(msg),
+            TreeError::FlattenShape { .. } => PyRuntimeError::new_err(msg),
+            TreeError::Cycle { .. } | TreeError::TooDeep { .. } => PyRecursionError::new_err(msg),
+            TreeError::Mutated { .. } => PyRuntimeError::new_err(msg),
+            TreeError::Type(_)
+            | TreeError::NamespaceNotStr { .. }
+            | TreeError::NotEntryType { .. }
+            | TreeError::NotCallable { .. }
+            | TreeError::NotAClass { .. }
+            | TreeError::NotTupleClass { .. }
+            | TreeError::JaxDescription { .. }
+            | TreeError::BadResult { .. }
+            | TreeError::FlattenNotIterable { .. }
+            | TreeError::InitReturned { .. }
+            | TreeError::LeavesNotIterable { .. }
+            | TreeError::EmptyReduce
+            | TreeError::EmptyAssociativeReduce => PyTypeError::new_err(msg),
+            TreeError::Index(_) => PyIndexError::new_err(msg),
+            TreeError::Memory(_) => pyo3::exceptions::PyMemoryError::new_err(msg),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leaf_counts_speak_each_face() {
+        let e = TreeError::LeafCount {
+            face: Face::Optree,
+            what: "PyTreeSpec",
+            expected: 3,
+            got: 2,
+        };
+        assert_eq!(
+            e.to_string(),
+            "Too few leaves for PyTreeSpec; expected: 3, got: 2."
+        );
+        let e = TreeError::LeafCount {
+            face: Face::Jax,
+            what: "PyTreeSpec",
+            expected: 2,
+            got: 3,
+        };
+        assert!(e
+            .to_string()
+            .starts_with("Too many leaves for PyTreeDef; expected 2."));
+        let e = TreeError::Cycle {
+            closes_at: "tree[1]".into(),
+            ancestor: "tree".into(),
+        };
+        assert!(e
+            .to_string()
+            .starts_with("cycle detected: the container at tree[1]"));
+    }
+}

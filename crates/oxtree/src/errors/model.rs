@@ -1,0 +1,247 @@
+//! The error catalogue's data: every error oxtree raises on its own account, as a value
+//! holding what its message needs. Rendering (`errors/mod.rs` with `optree_words.rs` and
+//! `jax_words.rs`) stands above it, so that the files that raise (`dict_order.rs`, ...) need
+//! only this one.
+
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+use crate::face::Face;
+use crate::kind::Kind;
+
+/// What a treespec node expects, copied out of the node for a message.
+#[derive(Debug)]
+pub struct Expected {
+    pub kind: Kind,
+    pub arity: usize,
+    /// The node's type: the namedtuple or struct sequence class, the registered class.
+    pub ty: Option<Py<PyAny>>,
+    /// The key list of a mapping node.
+    pub keys: Option<Py<PyList>>,
+    /// A custom node's aux data; a defaultdict's factory.
+    pub data: Option<Py<PyAny>>,
+    /// The registered class is a dataclass registered by field lists (JAX's
+    /// `register_dataclass`).
+    pub dataclass: bool,
+}
+
+/// How an object failed to stand where a treespec node is.
+#[derive(Debug)]
+pub enum Mismatch {
+    /// The node is None; the object is not.
+    NotNone,
+    /// The object is not an instance of the node's container type.
+    NotInstance,
+    /// A container of the right type with another number of children.
+    Arity { got: usize },
+    /// A namedtuple or struct sequence of another class.
+    Type,
+    /// A mapping whose keys differ from the node's: the object's keys (sorted when they
+    /// sort) and, where the node keeps it, its default factory.
+    Keys {
+        got: Py<PyList>,
+        factory: Option<Py<PyAny>>,
+    },
+    /// A registered node whose aux data differs.
+    Data { got: Py<PyAny> },
+}
+
+/// A difference between two treespecs, found where one must stand for the other.
+#[derive(Debug)]
+pub enum SpecMismatch {
+    /// Different node types (optree: "incompatible node types").
+    Kind,
+    /// The same container type with another number of children.
+    Arity,
+    /// Different key sets.
+    Keys,
+    /// Namedtuples or struct sequences of different classes.
+    Type,
+    /// Registered nodes of different classes.
+    CustomType,
+    /// Registered nodes with different aux data.
+    Data,
+}
+
+/// What went wrong, with everything the message needs.
+#[derive(Debug)]
+pub enum TreeError {
+    /// A tree does not have the structure a treespec expects (`flatten_up_to`, the other
+    /// trees of a multi-tree map, broadcasting). Rendered in the face's words.
+    Structure {
+        face: Face,
+        expected: Expected,
+        mismatch: Mismatch,
+        /// The object found there.
+        found: Py<PyAny>,
+        /// Where, in keystr form (`tree[1]['b']`, `tree[1] (in rests[0])`).
+        path: Option<String>,
+    },
+    /// Two treespecs differ where one must be a prefix of the other (optree's
+    /// `broadcast_to_common_suffix`). `expected`/`got`: both nodes, in optree's words.
+    SpecStructure {
+        mismatch: SpecMismatch,
+        expected: Expected,
+        got: Expected,
+        path: Option<String>,
+    },
+    /// `unflatten` was given the wrong number of leaves. `what`: PyTreeSpec, GraphDef.
+    LeafCount {
+        face: Face,
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
+    /// A container is its own ancestor.
+    Cycle { closes_at: String, ancestor: String },
+    /// Nesting deeper than the depth limit, with no cycle.
+    TooDeep { path: String, limit: usize },
+    /// A container changed size while it was being walked.
+    Mutated { path: String, what: &'static str },
+    /// A bad argument.
+    Type(String),
+    /// A bad value (of a pickled state, a composition...).
+    Value(String),
+    /// An index out of range.
+    Index(String),
+    /// A result too large to allocate (its size came from the input).
+    Memory(String),
+
+    // Registration (optree's words; the JAX face registers through the same checks).
+    /// The namespace argument is not a str (TypeError). `got`: its repr.
+    NamespaceNotStr { got: String },
+    /// A builtin node type cannot be registered or unregistered (`what`: `re-registered`,
+    /// `unregistered`).
+    BuiltinType { cls: String, what: &'static str },
+    /// The type is registered in that namespace already (`label`: `the global namespace`,
+    /// `namespace 'x'`).
+    AlreadyRegistered { cls: String, label: String },
+    /// Unregistering a type that has no registration there (`what`: why, in optree's words).
+    NotRegistered {
+        cls: String,
+        what: &'static str,
+        label: String,
+    },
+    /// `path_entry_type` is no subclass of `PyTreeEntry` (TypeError).
+    NotEntryType { got: String },
+    /// A registration function is not callable (TypeError).
+    NotCallable { what: String, type_name: String },
+    /// A registration was given something that is no class (TypeError).
+    NotAClass { got: String },
+    /// `init_names` does not name every data and meta field.
+    InitNames { expected: usize, got: usize },
+    /// `_tuple_fields` of a class that is no namedtuple or struct sequence (TypeError).
+    NotTupleClass { got: String },
+    /// `describe` gave an answer the core cannot read (TypeError; oxtree's own bug).
+    JaxDescription { ty: String, described: String },
+
+    // What registered functions returned.
+    /// A registered function's result of the wrong shape (TypeError, oxtree's words: optree
+    /// takes any such result apart with Python's own errors).
+    BadResult {
+        registered: String,
+        which: &'static str,
+        expected: &'static str,
+        why: String,
+        result: String,
+    },
+    /// A flatten result that is not iterable: Python's words first (optree's), then which
+    /// function returned what (TypeError).
+    FlattenNotIterable {
+        python: String,
+        registered: String,
+        result: String,
+    },
+    /// optree's RuntimeError for a flatten result of the wrong shape (`fault`: what it did).
+    FlattenShape {
+        ty: String,
+        fault: FlattenFault,
+        result: String,
+    },
+    /// JAX's ValueError for a flatten result that is not `(children, aux_data)`; `pair`: it
+    /// was a pair, whose children were not iterable.
+    JaxFlattenResult { shown: String, pair: bool },
+    /// A class's `__init__` returned something else than None (TypeError, Python's words).
+    InitReturned { type_name: String },
+    /// Comparing two treedefs' aux data raised (JAX's ValueError; the error is the cause).
+    /// `ty`: the registered type, when the node is a registered one.
+    MetadataEquality { ty: Option<String> },
+
+    // Dict keys.
+    /// Dict keys that do not sort, on a face that sorts strictly (JAX's ValueError; the
+    /// comparison's exception is the cause).
+    UnsortableKeys,
+
+    // States and reprs.
+    /// A GraphDef's pickled state does not describe a graph.
+    GraphDefState(String),
+    /// A namedtuple class whose `_fields` changed since the treespec was made (optree's
+    /// words).
+    NamedTupleFields {
+        fields: usize,
+        ty: String,
+        arity: usize,
+    },
+    /// `unflatten`'s leaves are not iterable (TypeError). `type_name`: what they were.
+    LeavesNotIterable { type_name: String },
+
+    // Algebra.
+    /// `tree_reduce` of a tree without leaves and no initial value (TypeError, functools'
+    /// words).
+    EmptyReduce,
+    /// `tree_reduce_associative` of a tree without leaves and no identity (TypeError).
+    EmptyAssociativeReduce,
+    /// optree's `tree_transpose_map` met a structure without leaves (`which`: `outer`,
+    /// `inner`; `spec`: its repr).
+    TransposeNoLeaves { which: &'static str, spec: String },
+    /// A prefix tree is no prefix of the full tree: a `PrefixError` rendered with the prefix
+    /// tree's name.
+    Prefix(String),
+}
+
+/// What a registered flatten function returned wrong, in optree's RuntimeError.
+#[derive(Debug)]
+pub enum FlattenFault {
+    /// Not a 2- or 3-tuple: its length.
+    Length(usize),
+    /// Children and entries differ in number.
+    EntriesCount { children: usize, entries: usize },
+}
+
+/// `repr(obj)`, or `<T object>` when its `__repr__` fails.
+#[cold]
+pub fn repr(obj: &Bound<'_, PyAny>) -> String {
+    match obj.repr() {
+        Ok(r) => r.to_string(),
+        Err(_) => format!("<{} object>", type_name(obj)),
+    }
+}
+
+pub fn repr_of(py: Python<'_>, obj: &Option<Py<PyAny>>) -> String {
+    obj.as_ref()
+        .map(|o| repr(o.bind(py)))
+        .unwrap_or_else(|| "None".into())
+}
+
+/// A short `repr` of an object for messages: at most `limit` characters.
+#[cold]
+pub fn short_repr(obj: &Bound<'_, PyAny>, limit: usize) -> String {
+    let text = match obj.repr() {
+        Ok(r) => r.to_string(),
+        Err(_) => format!("<{} object>", type_name(obj)),
+    };
+    if text.chars().count() <= limit {
+        text
+    } else {
+        let cut: String = text.chars().take(limit.saturating_sub(3)).collect();
+        format!("{cut}...")
+    }
+}
+
+/// The `__name__` of an object's type.
+pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".to_owned())
+}
