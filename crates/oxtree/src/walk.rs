@@ -81,11 +81,12 @@ pub fn structure_impl<'py>(
 const SHARED_SEQUENCE_MAX: usize = 16;
 
 /// The treespecs of tuples and lists of up to `SHARED_SEQUENCE_MAX` leaves, made on first use,
-/// by (list, none_is_leaf, JAX face, length). A treespec is immutable and compared by value,
+/// by (list, none_is_leaf, face, length). A treespec is immutable and compared by value,
 /// so every such flatten can hand out the same one: making and freeing it (its node vector,
 /// the object) was a third of a 3-leaf tuple's flatten (callgrind: 2,436 instructions).
-static SEQUENCE_SPECS: [pyo3::sync::PyOnceLock<Py<PyTreeSpec>>; 8 * (SHARED_SEQUENCE_MAX + 1)] =
-    [const { pyo3::sync::PyOnceLock::new() }; 8 * (SHARED_SEQUENCE_MAX + 1)];
+static SEQUENCE_SPECS: [pyo3::sync::PyOnceLock<Py<PyTreeSpec>>;
+    4 * Face::COUNT * (SHARED_SEQUENCE_MAX + 1)] =
+    [const { pyo3::sync::PyOnceLock::new() }; 4 * Face::COUNT * (SHARED_SEQUENCE_MAX + 1)];
 
 /// The treespec of a `Walked::Sequence`: a tuple or list (`kind`) of `n` leaves.
 fn sequence_spec<'py>(
@@ -98,9 +99,9 @@ fn sequence_spec<'py>(
     if n > SHARED_SEQUENCE_MAX {
         return make();
     }
-    let class = usize::from(kind == Kind::List) * 4
-        + usize::from(opts.none_is_leaf) * 2
-        + usize::from(opts.face == Face::Jax);
+    let class = (usize::from(kind == Kind::List) * 2 + usize::from(opts.none_is_leaf))
+        * Face::COUNT
+        + opts.face.index();
     let slot = &SEQUENCE_SPECS[class * (SHARED_SEQUENCE_MAX + 1) + n];
     if let Some(spec) = slot.get(py) {
         return Ok(spec.bind(py).clone());

@@ -120,6 +120,14 @@ impl Face {
     pub const fn words(self) -> Words {
         self.rules().words
     }
+
+    /// The number of faces, and each face's place among them: for a cache of treespecs,
+    /// which carry their face, keyed by face.
+    pub const COUNT: usize = 2;
+    #[inline]
+    pub const fn index(self) -> usize {
+        self as usize
+    }
 }
 
 /// An optional argument whose every value counts, None included (`tree_set_matching`'s
