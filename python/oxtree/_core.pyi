@@ -29,6 +29,7 @@ __all__ = [
     "set_dict_insertion_ordered",
     "PyTreeSpec",
     "PyTreeKind",
+    "_Node",
     "tree_flatten",
     "tree_leaves",
     "tree_structure",
@@ -181,9 +182,49 @@ class PyTreeSpec:
     def __eq__(self, value: object, /) -> bool: ...
     def __ne__(self, value: object, /) -> bool: ...
     def __hash__(self) -> int: ...
+    def _nodes(self) -> tuple[_Node, ...]: ...
+    @staticmethod
+    def _from_nodes(
+        nodes: tuple[_Node, ...] | list[_Node],
+        *,
+        none_is_leaf: bool = ...,
+        namespace: str = ...,
+        face: str = ...,
+    ) -> PyTreeSpec: ...
+    @property
+    def _face(self) -> str: ...
     def __reduce__(self) -> tuple[Callable[..., PyTreeSpec], tuple[Any, ...]]: ...
     def __copy__(self) -> PyTreeSpec: ...
     def __deepcopy__(self, memo: Any) -> PyTreeSpec: ...
+
+@final
+class _Node:
+    """One node of a treespec (``PyTreeSpec._nodes()``, ``PyTreeSpec._from_nodes``)."""
+
+    def __new__(
+        cls,
+        kind: int,
+        arity: int,
+        data: Any = None,
+        keys: tuple[Any, ...] | None = None,
+        insertion: tuple[int, ...] | None = None,
+        custom_type: type | None = None,
+        entries: tuple[Any, ...] | None = None,
+    ) -> Self: ...
+    @property
+    def kind(self) -> PyTreeKind: ...
+    @property
+    def arity(self) -> int: ...
+    @property
+    def data(self) -> Any: ...
+    @property
+    def keys(self) -> tuple[Any, ...] | None: ...
+    @property
+    def insertion(self) -> tuple[int, ...] | None: ...
+    @property
+    def custom_type(self) -> type | None: ...
+    @property
+    def entries(self) -> tuple[Any, ...] | None: ...
 
 def tree_flatten(
     tree: Any,

@@ -53,7 +53,10 @@ mod _core {
 
     // Treespecs, and the function their pickles call to rebuild one.
     #[pymodule_export]
-    use crate::treespec::{pickle::rebuild_treespec, PyTreeSpec};
+    use crate::treespec::{
+        pickle::{rebuild_treespec, PyNode},
+        PyTreeSpec,
+    };
 
     // The registry of node types.
     #[pymodule_export]
