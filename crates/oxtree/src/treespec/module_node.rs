@@ -28,7 +28,7 @@ use crate::registry::{Children, Flattened};
 /// registration order) and its configuration, the `OTHERS` attributes sorted by name (None
 /// while it must be read again from the module), with `key`, the configuration's hashable
 /// stand-in that equality and the hash read. Immutable; shared by a module and its copies.
-#[pyclass(frozen, subclass, module = "oxtree._core", name = "_ModuleDef")]
+#[pyclass(frozen, subclass, module = "oxtree", name = "_ModuleDef")]
 pub struct ModuleDef {
     /// The module's `_Layout`.
     #[pyo3(get)]

@@ -27,7 +27,7 @@ const STATE_VERSION: u32 = 1;
 /// custom type and entries. `PyTreeSpec._nodes()` gives them and `PyTreeSpec._from_nodes`
 /// builds a treespec from them, checked as a pickle's state is (one check, `build`); a
 /// pickle's state holds the same fields as one tuple per node (`to_tuple`, `read`).
-#[pyclass(frozen, module = "oxtree._core", name = "_Node")]
+#[pyclass(frozen, module = "oxtree", name = "_Node")]
 pub struct PyNode {
     kind: Kind,
     /// The number of children.
