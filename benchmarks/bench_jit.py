@@ -29,6 +29,11 @@ and an ``equinox.Module`` through ``equinox.filter_jit``. ``fj/jit`` is filter_j
 over jax.jit's on the same Module. Its last columns time ``oxtree.graph_flatten`` and
 ``oxtree.tree_flatten`` of the oxtree Module (``graph/tree``: their ratio).
 
+A third table (``--only sharded``) times the same Module with its shardings
+(``oxtree.sharding.named_shardings`` on a mesh of the process's devices) as ``in_shardings``
+and ``out_shardings``, through ``jax.jit`` and ``filter_jit``; run it with
+``XLA_FLAGS=--xla_force_host_platform_device_count=8`` for a mesh of 8 host devices.
+
 The libraries are interleaved repeat by repeat, so machine noise hits them alike; each
 repeat times enough calls to take about 50 ms (garbage collector off); the figure is the
 median per-call time over the repeats. Before timing, every library's result is checked
@@ -276,6 +281,55 @@ def _model_callers(n: int) -> dict[str, tuple[Callable[[Any], Any], Any]]:
     return callers
 
 
+SHARDED_LIBS = ("jax.jit", "filter_jit")
+
+
+def run_sharded(repeats: int = 9, budget: float = 0.05) -> dict[int, dict[str, float | None]]:
+    """Median per-call seconds of the identity on the model, compiled with its shardings
+    (``oxtree.sharding.named_shardings`` on a mesh of this process's devices) as
+    ``in_shardings`` and ``out_shardings``, by ``jax.jit`` and by ``filter_jit``."""
+    from oxtree.sharding import filter_shard, named_shardings
+
+    mesh = jax.make_mesh((len(jax.devices()),), ("d",))
+    results: dict[int, dict[str, float | None]] = {}
+    for n in MODEL_SIZES:
+        model = OxNet(n)
+        shardings = named_shardings(model, mesh)
+        model = filter_shard(model, shardings)
+        callers = {
+            "jax.jit": jax.jit(_body, in_shardings=(shardings,), out_shardings=shardings),
+            "filter_jit": oxjax.filter_jit(
+                _body, in_shardings=(shardings,), out_shardings=shardings
+            ),
+        }
+        for lname, call in callers.items():
+            out = call(model)
+            if not all(
+                np.array_equal(np.asarray(a), np.asarray(b))
+                for a, b in zip(_arrays_of(out), _arrays_of(model), strict=True)
+            ):
+                raise AssertionError(f"{lname} gave a wrong result on the {n}-parameter model")
+        samples: dict[str, list[float]] = {name: [] for name in callers}
+        gc.disable()
+        try:
+            for _ in range(repeats):
+                for name, call in callers.items():
+                    samples[name].append(_time_one(call, model, budget))
+        finally:
+            gc.enable()
+        results[n] = {name: stat(times) for name, times in samples.items()}
+    return results
+
+
+def format_sharded_table(results: dict[int, dict[str, float | None]]) -> str:
+    head = f"{'params':<8}" + "".join(f"{lib:>12}" for lib in SHARDED_LIBS) + f"{'fj/jit':>9}"
+    lines = [head, "-" * len(head)]
+    for n, row in results.items():
+        cells = "".join(f" {_us(row[lib])}" for lib in SHARDED_LIBS)
+        lines.append(f"{n:<8}{cells}{_ratio(row['filter_jit'], row['jax.jit'])}")
+    return "\n".join(lines)
+
+
 def _time_flatten(fn: Callable[[], Any], budget: float) -> float:
     return _time_one(lambda _: fn(), None, budget)
 
@@ -339,7 +393,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--budget", type=float, default=0.05, help="seconds per repeat")
     parser.add_argument(
-        "--only", choices=("trees", "models"), default=None, help="run one of the two tables"
+        "--only",
+        choices=("trees", "models", "sharded"),
+        default=None,
+        help="run one of the tables",
     )
     parser.add_argument(
         "--clock", choices=tuple(CLOCKS), default="wall", help="wall time or the thread's CPU time"
@@ -359,9 +416,16 @@ def main() -> None:
         f"jax {jax.__version__}, equinox {getattr(eqx, '__version__', 'not installed')}, "
         f"flax {flax_version}"
     )
-    if args.only != "models":
+    if args.only in (None, "trees"):
         print(format_table(run(args.repeats, args.budget)))
-    if args.only != "trees":
+    if args.only in (None, "sharded"):
+        print(
+            f"Sharded models ({args.stat} per-call {args.clock} times; in_shardings and "
+            f"out_shardings from the model's layout on {len(jax.devices())} device(s))"
+        )
+        print(format_sharded_table(run_sharded(args.repeats, args.budget)))
+        print()
+    if args.only in (None, "models"):
         if args.only is None:
             print()
         print(

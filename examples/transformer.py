@@ -23,27 +23,28 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-from typing import Any
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from oxtree import Kind, Module, Parameter, State
+from oxtree import Axes, Kind, Module, Parameter, State
 from oxtree.jax import filter_jit, filter_value_and_grad
 
 BatchStats = Kind.define("batch_stats")
 
 
 class Linear(Module):
-    """``x @ w + b``."""
+    """``x @ w + b``; ``axes`` names the dimensions of ``w`` (its layout on a device mesh,
+    see examples/sharded_transformer.py; metadata on one device)."""
 
-    w: Parameter[jax.Array]
-    b: Parameter[jax.Array]
-
-    def __init__(self, rng: np.random.Generator, n_in: int, n_out: int) -> None:
-        self.w = jnp.asarray(rng.normal(size=(n_in, n_out)) / n_in**0.5, jnp.float32)
-        self.b = jnp.zeros(n_out, jnp.float32)
+    def __init__(
+        self, rng: np.random.Generator, n_in: int, n_out: int, axes: tuple[Any, Any] = (None, None)
+    ) -> None:
+        w = jnp.asarray(rng.normal(size=(n_in, n_out)) / n_in**0.5, jnp.float32)
+        self.register_parameter("w", w, sharding=axes)
+        self.register_parameter("b", jnp.zeros(n_out, jnp.float32), sharding=axes[1:])
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return x @ self.w + self.b
@@ -52,7 +53,7 @@ class Linear(Module):
 class Embedding(Module):
     """A token table: rows for the input, its transpose for the output logits."""
 
-    table: Parameter[jax.Array]
+    table: Annotated[Parameter[jax.Array], Axes("vocab", "embed")]
 
     def __init__(self, rng: np.random.Generator, vocab: int, dim: int) -> None:
         self.table = jnp.asarray(rng.normal(size=(vocab, dim)) * 0.5, jnp.float32)
@@ -69,14 +70,14 @@ class BatchNorm(Module):
     averages, leaves of the user-defined kind BatchStats) and by the running averages in
     eval mode."""
 
-    scale: Parameter[jax.Array]
-    bias: Parameter[jax.Array]
+    scale: Annotated[Parameter[jax.Array], Axes("mlp")]
+    bias: Annotated[Parameter[jax.Array], Axes("mlp")]
 
     def __init__(self, dim: int, momentum: float = 0.9, eps: float = 1e-5) -> None:
         self.scale = jnp.ones(dim, jnp.float32)
         self.bias = jnp.zeros(dim, jnp.float32)
-        self.register_kind("mean", jnp.zeros(dim, jnp.float32), BatchStats)
-        self.register_kind("var", jnp.ones(dim, jnp.float32), BatchStats)
+        self.register_kind("mean", jnp.zeros(dim, jnp.float32), BatchStats, sharding=("mlp",))
+        self.register_kind("var", jnp.ones(dim, jnp.float32), BatchStats, sharding=("mlp",))
         self.momentum, self.eps = momentum, eps
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -112,7 +113,8 @@ class Attention(Module):
     """Single-head causal self-attention."""
 
     def __init__(self, rng: np.random.Generator, dim: int) -> None:
-        self.q, self.k, self.v, self.o = (Linear(rng, dim, dim) for _ in range(4))
+        self.q, self.k, self.v = (Linear(rng, dim, dim, ("embed", "heads")) for _ in range(3))
+        self.o = Linear(rng, dim, dim, ("heads", "embed"))
 
     def __call__(self, x: jax.Array) -> jax.Array:
         q, k, v = self.q(x), self.k(x), self.v(x)
@@ -127,9 +129,9 @@ class Block(Module):
 
     def __init__(self, rng: np.random.Generator, dim: int, hidden: int, key: jax.Array) -> None:
         self.attn = Attention(rng, dim)
-        self.up = Linear(rng, dim, hidden)
+        self.up = Linear(rng, dim, hidden, ("embed", "mlp"))
         self.norm = BatchNorm(hidden)
-        self.down = Linear(rng, hidden, dim)
+        self.down = Linear(rng, hidden, dim, ("mlp", "embed"))
         self.drop = Dropout(0.1, key)
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -140,7 +142,7 @@ class Block(Module):
 class TinyLM(Module):
     """Token and position embeddings, one block, and logits through the tied embedding."""
 
-    pos: Parameter[jax.Array]
+    pos: Annotated[Parameter[jax.Array], Axes(None, "embed")]
 
     def __init__(
         self, seed: int = 0, vocab: int = 16, dim: int = 16, hidden: int = 32, length: int = 8

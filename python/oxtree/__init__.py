@@ -428,7 +428,7 @@ if TYPE_CHECKING:
 
     __all__ += _module.__all__
 else:
-    __all__ += _lazy("module", "Kind Module Parameter State")
+    __all__ += _lazy("module", "Axes Kind Module Parameter State")
 # -- flat trees --
 if TYPE_CHECKING:
     from oxtree.flat import FlatTree

@@ -443,6 +443,19 @@ def node_brackets(item: Item) -> tuple[str, str]:
     return opening, closing
 
 
+def axes_note(item: Item) -> str:
+    """``@('embed', 'mlp')`` after a Module attribute's leaf when the attribute carries a
+    sharding annotation (its ``name_to_axes`` entry), else nothing."""
+    parent = item.parent
+    if parent is None or not isinstance(item.key, GetAttrKey) or array_shape(item.obj) is None:
+        return ""
+    axes = getattr(
+        getattr(getattr(parent.obj, "_oxtree_def", None), "layout", None), "name_to_axes", None
+    )
+    found = axes.get(item.key.name) if isinstance(axes, types.MappingProxyType) else None
+    return "" if found is None else f"@{found.entries!r}"
+
+
 def key_label(key: Any) -> str:
     """How a child's key prints before it inside its node: ``x=``, ``'a': `` or nothing."""
     if isinstance(key, SequenceKey):
@@ -463,7 +476,7 @@ def atom_text(item: Item) -> str | None:
     """The text of an item that prints as one piece, or None for a node (even an empty one)."""
     kind = item.kind
     if kind in (LEAF, STATIC):
-        return leaf_text(item.obj)
+        return leaf_text(item.obj) + axes_note(item)
     if kind == PLACEHOLDER:
         return "*"
     if kind == NONE:

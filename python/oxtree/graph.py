@@ -15,7 +15,7 @@ GraphDef({'a': [*, *], 'b': <ref obj['a']>})
 >>> out['a'] is out['b']
 True
 
-The path-keyed view (as FlareJax shows it) names every value by its key path, each
+The path-keyed view (as FlareJax, a JAX library of graph-shaped pytrees, shows it) names every value by its key path, each
 container's class by ``<path>.__class__``, and a repeated container by a :class:`GraphRef`
 to its first occurrence:
 

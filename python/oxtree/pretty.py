@@ -34,6 +34,7 @@ from oxtree._pretty_model import (
     array_shape,
     array_text,
     atom_text,
+    axes_note,
     build,
     build_from_spec,
     display_order,
@@ -287,7 +288,8 @@ def _type_column(item: Item) -> str:
         return type_label(item.spec)
     if item.kind == LEAF:
         shape = array_shape(item.obj)
-        return type(item.obj).__qualname__ if shape is None else array_text(item.obj, shape)
+        text = type(item.obj).__qualname__ if shape is None else array_text(item.obj, shape)
+        return text + axes_note(item)
     return atom_text(item) or ""
 
 

@@ -298,7 +298,10 @@ def test_a_registration_jax_refuses_raises_and_registers_nothing(kind: str) -> N
     assert "(JAX refused to register " in message
     assert message.endswith("; its registration with oxtree was undone)")
     assert type(info.value.__cause__) is TypeError
-    assert oxtree.registered_types() == before
+    # Nothing was added (by identity: the refused class is unhashable). Types registered by
+    # earlier tests may have been collected meanwhile, so the lists need not be equal.
+    added = [t for t in oxtree.registered_types() if not any(t is b for b in before)]
+    assert added == []
 
 
 @pytest.mark.usefixtures("refusing")

@@ -14,7 +14,7 @@ Filtered transforms. :func:`filter_jit` flattens its arguments as a graph
 the compilation cache key), and objects shared between or inside the arguments, or within
 the result, stay shared; cycles are allowed. :func:`filter_grad` and
 :func:`filter_value_and_grad` differentiate with respect to the floating-point array leaves
-of the first argument. :func:`partition` and :func:`combine` split a tree by a filter such as
+of the first argument (or those ``argnums`` picks, as in ``jax.grad``). :func:`partition` and :func:`combine` split a tree by a filter such as
 :func:`is_array` and put it back together.
 
 >>> import jax.numpy as jnp
@@ -38,7 +38,9 @@ from oxtree.graph import graph_unflatten as graph_unflatten
 from oxtree.jax._arrays import is_array, is_inexact_array
 from oxtree.jax._axes import Carry, StateAxes
 from oxtree.jax._grad import filter_grad, filter_value_and_grad
-from oxtree.jax._jit import _FilterJit as _FilterJit  # what a pickled filter_jit names
+from oxtree.jax._jit import _FilterJit as _FilterJit
+from oxtree.jax._jit import _rebuilt as _rebuilt  # what a pickled filter_jit names
+from oxtree.jax._jit import _WithStatics as _WithStatics
 from oxtree.jax._jit import filter_jit
 from oxtree.jax._mirror import mirrored_types, register, register_namespace
 from oxtree.jax._partition import combine, partition
@@ -65,9 +67,10 @@ __all__ = [
     "is_inexact_array",
 ]
 
-# Their public home: reprs, pickles and documentation name them here. `_FilterJit` too, the
-# class of what filter_jit returns: a pickled one names `oxtree.jax._FilterJit`.
-for _name in (*__all__, "_FilterJit"):
+# Their public home: reprs, pickles and documentation name them here. `_FilterJit` and
+# `_WithStatics` too, the classes of what filter_jit returns, and `_rebuilt`, which a pickled
+# one names (`oxtree.jax._rebuilt`: it is made anew from the function and the options).
+for _name in (*__all__, "_FilterJit", "_WithStatics", "_rebuilt"):
     globals()[_name].__module__ = __name__
 del _name
 

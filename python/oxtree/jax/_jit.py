@@ -13,12 +13,10 @@ from oxtree._arrays import _IS_ARRAY_TYPE, is_array_type
 from oxtree._core import SequenceKey, _FilterJitCore
 from oxtree.graph import GraphDef, graph_unflatten
 from oxtree.graph import _graph_flatten_jax as graph_flatten
+from oxtree.jax._jit_options import JitOptions
 from oxtree.jax._machinery import _Changes, _getter, _merger, _numbered, _Out, _split, _where
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-
-
-_DONATE = ("none", "all", "all-except-first")
 
 
 class _Entry:
@@ -31,8 +29,10 @@ class _Entry:
     __slots__ = (
         "aliased",
         "compiled",
+        "donated",
         "graphdef",
         "has_kwargs",
+        "in_shardings",
         "kept",
         "merge",
         "nargs",
@@ -40,21 +40,17 @@ class _Entry:
     )
 
     def __init__(
-        self, graphdef: GraphDef, mask: Sequence[bool], donate: str, has_kwargs: bool
+        self, graphdef: GraphDef, mask: Sequence[bool], options: JitOptions, has_kwargs: bool
     ) -> None:
         arrays, statics = _split(mask)
         self.graphdef = graphdef
         self.has_kwargs = has_kwargs
         self.nargs = graphdef.num_roots - has_kwargs
-        # The arrays go to the compiled function as two tuples, those kept and those donated;
-        # `kept` is how many come first (None without donation: all in one tuple). The first
-        # argument's leaves come first in leaf order, so its arrays are a prefix of them.
+        # The arrays go to the compiled function one argument each (`kept` None: the core
+        # passes them so); the options say which are donated and how each is laid out.
         self.kept: int | None = None
-        if donate == "all":
-            self.kept = 0
-        elif donate == "all-except-first":
-            paths = graphdef.paths()
-            self.kept = sum(1 for i in arrays if _in_first_arg(self.as_args_kwargs(paths[i])))
+        paths = [self.as_args_kwargs(p) for p in graphdef.paths()]
+        self.donated, self.in_shardings = options.plan(arrays, paths, _where, self.nargs)
         self.merge = _merger(arrays + statics)
         self.static_at = statics  # the leaf index of each static leaf
         self.compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
@@ -81,11 +77,6 @@ class _Entry:
         return roots, roots[: self.nargs], roots[self.nargs] if self.has_kwargs else {}
 
 
-def _in_first_arg(path: tuple[Any, ...]) -> bool:
-    # Root 0 is the positional arguments' tuple: its child 0 is the first argument.
-    return path[0] == SequenceKey(0) and len(path) > 1 and path[1] == SequenceKey(0)
-
-
 def _dedupe(arrays: tuple[Any, ...]) -> tuple[tuple[int, ...], tuple[Any, ...]]:
     """The distinct objects among ``arrays`` (in order of first occurrence), and for each
     array the index of its object among them."""
@@ -108,12 +99,18 @@ class _FilterJit(_FilterJitCore):
     result); it asks the methods below for what is rare: a new structure, new static leaves,
     an array object in several leaves."""
 
-    def __new__(cls, fn: Callable[..., Any], donate: str, namespace: str) -> _FilterJit:
+    def __new__(
+        cls, fn: Callable[..., Any], options: JitOptions | str, namespace: str
+    ) -> _FilterJit:
         return super().__new__(cls, namespace, _IS_ARRAY_TYPE, is_array_type)
 
-    def __init__(self, fn: Callable[..., Any], donate: str, namespace: str) -> None:
+    def __init__(self, fn: Callable[..., Any], options: JitOptions | str, namespace: str) -> None:
+        if isinstance(options, str):
+            # A pickle made when filter_jit took only `donate`: it names this class with
+            # (fn, donate, namespace); later ones name `_rebuilt`.
+            options = JitOptions(fn, donate=options)
         self._fn = fn
-        self._donate = donate
+        self._options = options
         self._namespace = namespace
         self._entries: dict[tuple[GraphDef, tuple[type, ...], bool], _Entry] = {}
         functools.update_wrapper(self, fn)
@@ -125,8 +122,8 @@ class _FilterJit(_FilterJitCore):
         # Copies and pickles are made anew from the function and options (the core's fields
         # are no attributes), with the attributes set since; the compiled functions are not
         # copied.
-        state = {k: v for k, v in vars(self).items() if k != "_entries"}
-        return type(self), (self._fn, self._donate, self._namespace), state
+        state = {k: v for k, v in vars(self).items() if k not in ("_entries", "_options")}
+        return _rebuilt, (self._fn, self._options.raw, self._namespace), state
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         # Decorating a method: the instance is the first argument, flattened like the rest.
@@ -140,7 +137,7 @@ class _FilterJit(_FilterJitCore):
         entry = self._entries.get(key)
         if entry is None:
             entry = self._entries[key] = _Entry(
-                graphdef, [is_array_type(ty) for ty in types], self._donate, has_kwargs
+                graphdef, [is_array_type(ty) for ty in types], self._options, has_kwargs
             )
         return entry
 
@@ -174,12 +171,7 @@ class _FilterJit(_FilterJitCore):
             raise
         if compiled is None:
             compiled = entry.aliased[(statics, pattern)] = self._compile(entry, statics, pattern)
-        if entry.kept is None:
-            out_arrays, out = compiled(*unique)
-        else:
-            # Objects first met among the kept arrays are kept: they come first in `unique`.
-            kept = len(set(pattern[: entry.kept]))
-            out_arrays, out = compiled(unique[:kept], unique[kept:])
+        out_arrays, out = compiled(*unique)
         return out.finish(out_arrays, leaves, roots)
 
     def _raise_unhashable(self, entry: _Entry, statics: tuple[Any, ...]) -> None:
@@ -199,6 +191,7 @@ class _FilterJit(_FilterJitCore):
         self, entry: _Entry, statics: tuple[Any, ...], pattern: tuple[int, ...] | None
     ) -> Callable[..., Any]:
         fn = self._fn
+        options = self._options
         namespace = self._namespace
         graphdef = entry.graphdef
         merge = entry.merge
@@ -211,17 +204,42 @@ class _FilterJit(_FilterJitCore):
             roots, args, kwargs = entry.arguments(graph_unflatten(graphdef, before))
             objects = _numbered(roots)
             out_leaves, out_graphdef = graph_flatten(fn(*args, **kwargs), namespace=namespace)
+            out_leaves = options.constrain_out(out_leaves, out_graphdef.paths())
             changes, changed = _Changes.of(
                 roots, before, graphdef, namespace, "filter_jit", entry.where, objects
             )
+            if changes is not None and options.in_shardings is not None:
+                changed = options.constrain_changed(
+                    changed, changes.changed_paths(entry.as_args_kwargs), _where
+                )
             out = _Out(out_leaves, out_graphdef, changes)
             return (*out.arrays_of(out_leaves), *changed), out
 
-        if entry.kept is None:
-            return jax.jit(lambda *arrays: traced(arrays))
-        return jax.jit(
-            lambda kept, donated: traced(tuple(kept) + tuple(donated)), donate_argnums=(1,)
-        )
+        donated, shardings = entry.donated, entry.in_shardings
+        if pattern is not None:
+            donated, shardings = _deduplicated(pattern, donated, shardings)
+        jit_kwargs = options.jit_kwargs()
+        if shardings is not None:
+            jit_kwargs["in_shardings"] = shardings
+        return jax.jit(lambda *arrays: traced(arrays), donate_argnums=donated, **jit_kwargs)
+
+
+def _deduplicated(
+    pattern: tuple[int, ...], donated: tuple[int, ...], shardings: tuple[Any, ...] | None
+) -> tuple[tuple[int, ...], tuple[Any, ...] | None]:
+    """The donation and shardings of a call's distinct array objects (``pattern`` gives each
+    array's object): an object is donated when every leaf it fills is, and laid out as the
+    first leaf it fills that has a sharding."""
+    count = max(pattern, default=-1) + 1
+    kept = {pattern[j] for j in range(len(pattern)) if j not in set(donated)}
+    unique_donated = tuple(u for u in range(count) if u not in kept)
+    if shardings is None:
+        return unique_donated, None
+    unique: list[Any] = [None] * count
+    for u, s in zip(pattern, shardings, strict=True):
+        if unique[u] is None:
+            unique[u] = s
+    return unique_donated, tuple(unique)
 
 
 @overload
@@ -231,6 +249,16 @@ def filter_jit(
     *,
     donate: Literal["none", "all", "all-except-first"] = "none",
     namespace: str = "",
+    in_shardings: Any = None,
+    out_shardings: Any = None,
+    static_argnums: int | Sequence[int] | None = None,
+    static_argnames: str | Sequence[str] | None = None,
+    donate_argnums: int | Sequence[int] | None = None,
+    donate_argnames: str | Sequence[str] | None = None,
+    keep_unused: bool = False,
+    device: Any = None,
+    backend: str | None = None,
+    compiler_options: dict[str, Any] | None = None,
 ) -> Callable[[_F], _F]: ...
 
 
@@ -241,6 +269,16 @@ def filter_jit(
     *,
     donate: Literal["none", "all", "all-except-first"] = "none",
     namespace: str = "",
+    in_shardings: Any = None,
+    out_shardings: Any = None,
+    static_argnums: int | Sequence[int] | None = None,
+    static_argnames: str | Sequence[str] | None = None,
+    donate_argnums: int | Sequence[int] | None = None,
+    donate_argnames: str | Sequence[str] | None = None,
+    keep_unused: bool = False,
+    device: Any = None,
+    backend: str | None = None,
+    compiler_options: dict[str, Any] | None = None,
 ) -> _F: ...
 
 
@@ -250,6 +288,16 @@ def filter_jit(
     *,
     donate: Literal["none", "all", "all-except-first"] = "none",
     namespace: str = "",
+    in_shardings: Any = None,
+    out_shardings: Any = None,
+    static_argnums: int | Sequence[int] | None = None,
+    static_argnames: str | Sequence[str] | None = None,
+    donate_argnums: int | Sequence[int] | None = None,
+    donate_argnames: str | Sequence[str] | None = None,
+    keep_unused: bool = False,
+    device: Any = None,
+    backend: str | None = None,
+    compiler_options: dict[str, Any] | None = None,
 ) -> Any:
     """Compiles ``fn`` with ``jax.jit``, tracing only the array leaves of its arguments.
 
@@ -269,6 +317,16 @@ def filter_jit(
     ``donate`` hands the array arguments' buffers to XLA for reuse: ``"all"``, or
     ``"all-except-first"`` to keep those of the first positional argument.
 
+    ``in_shardings``, ``out_shardings``, ``static_argnums``, ``static_argnames``,
+    ``donate_argnums``, ``donate_argnames``, ``keep_unused``, ``device``, ``backend`` and
+    ``compiler_options`` are ``jax.jit``'s, with its meanings. A shardings tree is a prefix of
+    the arguments (``in_shardings``: one entry per positional argument that is not static, or
+    one sharding for all) or of the result, read by key path, so a Module laid out by its own
+    annotations (:func:`oxtree.sharding.named_shardings`) is one; what ``fn`` writes back into
+    an argument keeps that argument's ``in_shardings``. Static arguments are passed whole and
+    must be hashable; ``donate`` and ``donate_argnums`` / ``donate_argnames`` exclude each
+    other.
+
     >>> import jax.numpy as jnp
     >>> @filter_jit
     ... def step(state, lr, *, mode):
@@ -285,12 +343,58 @@ def filter_jit(
     >>> out['a'] is out['b']
     True
     """
-    if donate not in _DONATE:
-        raise ValueError(f"filter_jit: donate must be one of {_DONATE}, got {donate!r}")
     if not isinstance(namespace, str):
         raise TypeError(f"filter_jit: namespace must be a str, got {type(namespace).__name__}")
+    options = {
+        "donate": donate,
+        "in_shardings": in_shardings,
+        "out_shardings": out_shardings,
+        "static_argnums": static_argnums,
+        "static_argnames": static_argnames,
+        "donate_argnums": donate_argnums,
+        "donate_argnames": donate_argnames,
+        "keep_unused": keep_unused,
+        "device": device,
+        "backend": backend,
+        "compiler_options": compiler_options,
+    }
     if fn is None:
-        return lambda f: filter_jit(f, donate=donate, namespace=namespace)
+        return lambda f: filter_jit(f, namespace=namespace, **options)
     if not callable(fn):
         raise TypeError(f"filter_jit expects a callable, got {type(fn).__name__}")
-    return _FilterJit(fn, donate, namespace)
+    return _rebuilt(fn, options, namespace)
+
+
+def _rebuilt(fn: Callable[..., Any], raw: dict[str, Any], namespace: str) -> Any:
+    """``filter_jit(fn, namespace=namespace, **raw)`` (options checked): what a copy or a
+    pickle of a compiled function is made anew from."""
+    options = JitOptions(fn, **raw)
+    if options.has_statics:
+        return _WithStatics(fn, options, _FilterJit(options.join_statics(fn), options, namespace))
+    return _FilterJit(fn, options, namespace)
+
+
+class _WithStatics:
+    """A function compiled by :func:`filter_jit` with static arguments: each call's static
+    arguments become one static leaf in front of the others (see ``_jit_options``)."""
+
+    def __init__(self, fn: Callable[..., Any], options: JitOptions, jitted: _FilterJit) -> None:
+        self._fn = fn
+        self._options = options
+        self._jitted = jitted
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        args, kwargs = self._options.split_statics(args, kwargs)
+        return self._jitted(*args, **kwargs)
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        return functools.partial(self, instance)
+
+    def __repr__(self) -> str:
+        return f"<filter_jit of {self._fn!r}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuilt, (self._fn, self._options.raw, self._jitted._namespace)

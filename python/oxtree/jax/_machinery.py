@@ -147,6 +147,15 @@ class _Changes:
         arrays = [leaf for (kind, _), leaf in zip(changes.sources, after, strict=True) if kind == 1]
         return changes, arrays
 
+    def changed_paths(
+        self, as_args_kwargs: Callable[[tuple[Any, ...]], tuple[Any, ...]]
+    ) -> list[tuple[Any, ...]]:
+        """The paths of the changed arrays (in their order), each mapped by
+        ``as_args_kwargs`` (filter_jit's ``_Entry.as_args_kwargs``: the ``(args, kwargs)``
+        form)."""
+        paths = self.graphdef.paths()
+        return [as_args_kwargs(paths[n]) for n, (kind, _) in enumerate(self.sources) if kind == 1]
+
     def split(self, arrays: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         cut = len(arrays) - self.count
         return arrays[:cut], arrays[cut:]
@@ -191,11 +200,6 @@ def _where(path: tuple[Any, ...]) -> str:
 def _numbered(roots: tuple[Any, ...]) -> dict[int, int]:
     """``id -> index`` of the writable objects of ``roots``, in ``_walk``'s order."""
     return {id(x): k for k, x in enumerate(_walk(roots))}
-
-
-def _where_first(path: tuple[Any, ...]) -> str:
-    """A leaf path of a filtered gradient's first argument, as ``args[0].w``."""
-    return "args[0]" + keystr(path)
 
 
 def _check_fn(fn: Any, name: str) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from oxtree.module._axes import Axes
 from oxtree.module._filters import All, AnyOf, Not, OfKind, OfType, PathContains
 from oxtree.module._jax_view import _module_path_type
 from oxtree.module._layout import Kind, Parameter, State, _Identity, _Layout, _ModuleDef
@@ -40,10 +41,10 @@ from oxtree.module._module import Module
 # The names `oxtree` itself re-exports. ModulePath and the filters (OfKind, OfType,
 # PathContains, All, AnyOf, Not) are public here, in `oxtree.module`, only. _Layout,
 # _ModuleDef and _Identity are a module's aux data: pickles of treespecs name them here.
-__all__ = ["Kind", "Module", "Parameter", "State"]
+__all__ = ["Axes", "Kind", "Module", "Parameter", "State"]
 
 # Their public home: reprs, pickles and documentation name them here.
-for _cls in (Kind, Module, All, AnyOf, Not, OfKind, OfType, PathContains, _Identity, _Layout):
+for _cls in (Axes, Kind, Module, All, AnyOf, Not, OfKind, OfType, PathContains, _Identity, _Layout):
     _cls.__module__ = __name__
 _ModuleDef.__module__ = __name__
 del _cls

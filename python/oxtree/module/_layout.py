@@ -14,8 +14,9 @@ from types import MappingProxyType
 from typing import Annotated, Any, Self, TypeVar
 
 from oxtree import _core
-from oxtree._arrays import is_array
+from oxtree._arrays import is_array, is_shaped
 from oxtree._core import GetAttrKey
+from oxtree.module._axes import Axes
 
 _T = TypeVar("_T")
 
@@ -100,48 +101,63 @@ State.__module__ = "oxtree.module"
 
 
 class _Layout:
-    """The tree attributes of a module, in registration order, with their kinds."""
+    """The tree attributes of a module, in registration order, with their kinds and the
+    :class:`Axes` (sharding annotation) of those that have one."""
 
     __slots__ = (
         "_hash",
         "keys",
         "kinds",
+        "name_to_axes",
         "name_to_kind",
         "names",
         "stale",
     )
 
-    def __init__(self, items: tuple[tuple[str, Kind], ...]) -> None:
+    def __init__(
+        self, items: tuple[tuple[str, Kind], ...], axes: Mapping[str, Axes] | None = None
+    ) -> None:
         self.names: tuple[str, ...] = tuple(n for n, _ in items)
         self.kinds: tuple[Kind, ...] = tuple(k for _, k in items)
         self.name_to_kind: Mapping[str, Kind] = MappingProxyType(dict(items))
+        # Only annotated attributes, in registration order.
+        self.name_to_axes: Mapping[str, Axes] = MappingProxyType(
+            {n: axes[n] for n in self.names if n in axes} if axes else {}
+        )
         self.keys = tuple(GetAttrKey(n) for n in self.names)
-        self._hash = hash((self.names, self.kinds))
+        self._hash = hash((self.names, self.kinds, tuple(self.name_to_axes.items())))
         # The aux data of a module with this layout whose configuration must be read again.
         self.stale = _ModuleDef(self, None)
 
-    def with_kind(self, name: str, kind: Kind) -> _Layout:
-        return _Layout((*self.items(), (name, kind)))
+    def with_kind(self, name: str, kind: Kind, axes: Axes | None = None) -> _Layout:
+        more = {name: axes} if axes is not None else {}
+        return _Layout((*self.items(), (name, kind)), {**self.name_to_axes, **more})
 
     def without(self, name: str) -> _Layout:
-        return _Layout(tuple(item for item in self.items() if item[0] != name))
+        return _Layout(tuple(item for item in self.items() if item[0] != name), self.name_to_axes)
 
     def items(self) -> Iterator[tuple[str, Kind]]:
         return zip(self.names, self.kinds, strict=True)
 
     def __eq__(self, other: object) -> bool:
         return self is other or (
-            isinstance(other, _Layout) and self.names == other.names and self.kinds == other.kinds
+            isinstance(other, _Layout)
+            and self.names == other.names
+            and self.kinds == other.kinds
+            and self.name_to_axes == other.name_to_axes
         )
 
     def __hash__(self) -> int:
         return self._hash
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_Layout, (tuple(self.items()),))
+        return (_Layout, (tuple(self.items()), dict(self.name_to_axes)))
 
     def __repr__(self) -> str:
-        return ", ".join(f"{n}: {k.name}" for n, k in self.items())
+        axes = self.name_to_axes
+        return ", ".join(
+            f"{n}: {k.name}" + (f" {axes[n]!r}" if n in axes else "") for n, k in self.items()
+        )
 
 
 class _Identity:
@@ -220,30 +236,63 @@ _MISSING = object()
 _ANNOTATION_STRING = re.compile(r"^\s*(?:\w+\.)*(Parameter|State)\b")
 
 
-def _annotation_kind(klass: type, name: str, ann: Any) -> Kind | None:
+def _globals_of(klass: type) -> dict[str, Any]:
+    """The globals of the first function defined in ``klass`` (empty when it has none)."""
+    for value in vars(klass).values():
+        names = getattr(value, "__globals__", None)
+        if isinstance(names, dict):
+            return dict(names)
+    return {}
+
+
+def _annotation_kind(klass: type, name: str, ann: Any) -> tuple[Kind | None, Axes | None]:
+    """The kind an annotation gives, and the :class:`Axes` it carries (if any)."""
     if isinstance(ann, str):
         module = sys.modules.get(klass.__module__)
+        # A module loaded from a file without a sys.modules entry: its functions' globals.
+        found = dict(vars(module)) if module else _globals_of(klass)
         try:
-            ann = eval(ann, dict(vars(module)) if module else {}, dict(vars(klass)))
+            ann = eval(ann, found, dict(vars(klass)))
         except Exception:
             match = _ANNOTATION_STRING.match(ann)
             return (
                 Kind.PARAMETER
                 if match and match[1] == "Parameter"
                 else (Kind.STATE if match else None)
-            )
+            ), None
     if typing.get_origin(ann) is not Annotated:
-        return None
+        return None, None
     kinds = [m for m in ann.__metadata__ if isinstance(m, Kind)]
     if not kinds:
-        return None
+        return None, None
+    axes = [m for m in ann.__metadata__ if isinstance(m, Axes)]
+    if len(axes) > 1:
+        raise TypeError(
+            f"{klass.__qualname__}.{name}: an annotation may carry one Axes, got {axes}"
+        )
     if len(kinds) > 1 or kinds[0] is Kind.OTHERS:
         raise TypeError(
             f"{klass.__qualname__}.{name}: an annotation may carry one of PARAMETER, STATE, "
             "MODULE or a kind made by Kind.define (OTHERS is the default: leave the "
             f"annotation plain), got {kinds}"
         )
-    return kinds[0]
+    if axes and kinds[0] is Kind.MODULE:
+        _checked_axes(axes[0], Kind.MODULE, None, f"{klass.__qualname__}.{name}")
+    return kinds[0], (axes[0] if axes else None)
+
+
+def _checked_axes(sharding: Any, kind: Kind, value: Any, where: str) -> Axes:
+    """``sharding`` as an :class:`Axes` for an attribute of kind ``kind`` holding ``value``
+    (checked against it when it is an array or an abstract one)."""
+    if kind is Kind.MODULE:
+        raise TypeError(
+            f"{where}: a sharding lays out the arrays of a PARAMETER, STATE or user-defined "
+            "kind; a MODULE's own attributes carry theirs"
+        )
+    axes = Axes.of(sharding, where)
+    if is_shaped(value):
+        axes.check_rank(len(value.shape), where)
+    return axes
 
 
 def _short_repr(value: Any) -> str:

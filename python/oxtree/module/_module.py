@@ -21,6 +21,7 @@ from oxtree._core import (
     tree_leaves,
     tree_map,
 )
+from oxtree.module._axes import Axes
 from oxtree.module._filters import All, _Leaves
 from oxtree.module._jax_view import (
     _NOT_JAX_NODES,
@@ -37,6 +38,7 @@ from oxtree.module._layout import (
     _MISSING,
     Kind,
     _annotation_kind,
+    _checked_axes,
     _Layout,
     _ModuleDef,
     _static_key,
@@ -61,14 +63,17 @@ def _declared(cls: type) -> tuple[_Layout, dict[str, Any]]:
     import inspect  # here: importing it costs more than the rest of `import oxtree`
 
     items: dict[str, Kind] = {}
+    axes: dict[str, Axes] = {}
     for klass in reversed(cls.__mro__):
         if not (isinstance(klass, type) and issubclass(klass, Module)):
             continue
         for name, ann in inspect.get_annotations(klass).items():
-            kind = _annotation_kind(klass, name, ann)
+            kind, axes_of = _annotation_kind(klass, name, ann)
             if kind is not None:
                 items[name] = kind
-    layout = _Layout(tuple(items.items())) if items else _EMPTY
+                if axes_of is not None:
+                    axes[name] = axes_of
+    layout = _Layout(tuple(items.items()), axes) if items else _EMPTY
     defaults = {}
     for name in layout.names:
         default = getattr(cls, name, _MISSING)
@@ -224,8 +229,27 @@ class Module:
         """
         return self._oxtree_def.layout.name_to_kind
 
-    def register_parameter(self, name: str, value: Any) -> None:
+    @property
+    def name_to_axes(self) -> Mapping[str, Axes]:
+        """A read-only mapping from each attribute registered with a sharding annotation
+        (``sharding=`` or an :class:`~oxtree.Axes` in its annotation) to its ``Axes``.
+
+        >>> import numpy as np
+        >>> class M(Module):
+        ...     def __init__(self):
+        ...         self.register_parameter('w', np.ones((2, 3)), sharding=('embed', None))
+        ...         self.register_parameter('b', np.ones(3))
+        >>> M().name_to_axes
+        mappingproxy({'w': Axes('embed', None)})
+        """
+        return self._oxtree_def.layout.name_to_axes
+
+    def register_parameter(self, name: str, value: Any, *, sharding: Any = None) -> None:
         """Sets attribute ``name`` to ``value`` as a ``PARAMETER`` (trainable leaves).
+
+        ``sharding`` lays its arrays out on a device mesh: one entry per dimension, an axis
+        name, a tuple of names or None (replicated), as a tuple, an :class:`~oxtree.Axes`
+        or a ``jax.sharding.PartitionSpec`` (see :mod:`oxtree.sharding`).
 
         >>> class M(Module):
         ...     def __init__(self):
@@ -233,10 +257,11 @@ class Module:
         >>> M().name_to_kind['w']
         <Kind.PARAMETER: 'parameter'>
         """
-        self._register_kind(name, value, Kind.PARAMETER)
+        self._register_kind(name, value, Kind.PARAMETER, sharding=sharding)
 
-    def register_state(self, name: str, value: Any) -> None:
-        """Sets attribute ``name`` to ``value`` as a ``STATE`` (leaves that are not trained).
+    def register_state(self, name: str, value: Any, *, sharding: Any = None) -> None:
+        """Sets attribute ``name`` to ``value`` as a ``STATE`` (leaves that are not trained);
+        ``sharding`` as :meth:`register_parameter` takes it.
 
         >>> class M(Module):
         ...     def __init__(self):
@@ -244,11 +269,12 @@ class Module:
         >>> M().name_to_kind['count']
         <Kind.STATE: 'state'>
         """
-        self._register_kind(name, value, Kind.STATE)
+        self._register_kind(name, value, Kind.STATE, sharding=sharding)
 
-    def register_kind(self, name: str, value: Any, kind: Kind) -> None:
+    def register_kind(self, name: str, value: Any, kind: Kind, *, sharding: Any = None) -> None:
         """Sets attribute ``name`` to ``value`` with kind ``kind``: ``PARAMETER``, ``STATE``,
-        ``MODULE`` or a kind made by :meth:`Kind.define` (whose attributes hold leaves).
+        ``MODULE`` or a kind made by :meth:`Kind.define` (whose attributes hold leaves);
+        ``sharding`` as :meth:`register_parameter` takes it (not for a ``MODULE``).
 
         >>> BatchStats = Kind.define('batch_stats')
         >>> class Norm(Module):
@@ -262,10 +288,10 @@ class Module:
                 f"{type(self).__qualname__}.register_kind({name!r}, ...): the kind must be a "
                 f"Kind other than OTHERS (plain assignment makes configuration), got {kind!r}"
             )
-        if kind is Kind.MODULE:
+        if kind is Kind.MODULE and sharding is None:
             self.register_module(name, value)
         else:
-            self._register_kind(name, value, kind)
+            self._register_kind(name, value, kind, sharding=sharding)
 
     def register_module(self, name: str, value: Any) -> None:
         """Sets attribute ``name`` to ``value`` (a Module, or a list, tuple or dict of
@@ -284,7 +310,9 @@ class Module:
             )
         self._register_kind(name, value, Kind.MODULE)
 
-    def _register_kind(self, name: str, value: Any, kind: Kind, *, assigned: bool = False) -> None:
+    def _register_kind(
+        self, name: str, value: Any, kind: Kind, *, assigned: bool = False, sharding: Any = None
+    ) -> None:
         cls = type(self).__qualname__
         if not isinstance(name, str) or not name.isidentifier():
             raise TypeError(f"{cls}: attribute names must be identifiers, got {name!r}")
@@ -301,7 +329,10 @@ class Module:
                 f"{cls}: attribute {name!r} already exists as OTHERS (configuration); "
                 "register it before assigning it"
             )
-        _DEF_SLOT.__set__(self, layout.with_kind(name, kind).stale)
+        axes = None
+        if sharding is not None:
+            axes = _checked_axes(sharding, kind, value, f"{cls}.{name}")
+        _DEF_SLOT.__set__(self, layout.with_kind(name, kind, axes).stale)
         self.__dict__[name] = value
 
     def __setattr__(self, name: str, value: Any) -> None:

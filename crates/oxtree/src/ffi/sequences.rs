@@ -16,6 +16,43 @@ pub fn tuple_item<'py>(t: &Bound<'py, PyTuple>, i: usize) -> Option<Bound<'py, P
     Some(unsafe { t.get_borrowed_item_unchecked(i) }.to_owned())
 }
 
+/// Appends a new reference to each item of `seq`, an exact list or tuple (false, nothing
+/// appended, for any other object). Measured on a 3-leaf tuple's unflatten: pyo3's item
+/// iterator, which reads the list's length again at every step, cost 15 instructions per leaf.
+pub fn extend_with_items<'py>(out: &mut Vec<Bound<'py, PyAny>>, seq: &Bound<'py, PyAny>) -> bool {
+    let py = seq.py();
+    // SAFETY: `seq` is an exact list or tuple (checked); its item array holds `n` live
+    // objects, and nothing below runs Python code (only increfs), so it cannot change while
+    // they are read. Each slot of `out` past its length is written once, then counted.
+    unsafe {
+        let (items, n) = if seq.is_exact_instance_of::<PyList>() {
+            let l = seq.as_ptr().cast::<sys::PyListObject>();
+            (
+                (*l).ob_item.cast_const(),
+                sys::PyList_GET_SIZE(seq.as_ptr()) as usize,
+            )
+        } else if seq.is_exact_instance_of::<PyTuple>() {
+            let t = seq.as_ptr().cast::<sys::PyTupleObject>();
+            (
+                (*t).ob_item.as_ptr(),
+                sys::PyTuple_GET_SIZE(seq.as_ptr()) as usize,
+            )
+        } else {
+            return false;
+        };
+        out.reserve(n);
+        let base = out.len();
+        let dst = out.as_mut_ptr().add(base);
+        for i in 0..n {
+            let item = *items.add(i);
+            sys::Py_INCREF(item);
+            dst.add(i).write(Bound::from_owned_ptr(py, item));
+        }
+        out.set_len(base + n);
+    }
+    true
+}
+
 /// Item `i` of `l` as it is now (a new reference), or None past its current end.
 #[inline]
 pub fn list_item<'py>(l: &Bound<'py, PyList>, i: usize) -> Option<Bound<'py, PyAny>> {

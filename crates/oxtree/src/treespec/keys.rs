@@ -287,7 +287,7 @@ pub fn leaf_paths<'py>(
         }
         let node = &spec.nodes[idx];
         if node.kind == Kind::Leaf {
-            out.push(PyTuple::new(py, prefix.iter())?);
+            out.push(crate::ffi::tuple_from(py, prefix.iter().cloned())?);
         } else if node.arity > 0 {
             if has_key {
                 tasks.push(Task::Exit);

@@ -19,7 +19,7 @@ pub fn flatten_up_to<'py>(
     spec: &PyTreeSpec,
     tree: &Bound<'py, PyAny>,
     registry: &Registry,
-    which: Option<&str>,
+    which: Option<&dyn std::fmt::Display>,
 ) -> PyResult<Vec<Bound<'py, PyAny>>> {
     let mut out = Vec::with_capacity(spec.num_leaves());
     match walk::<false>(spec, tree, registry, &mut out)? {
@@ -88,7 +88,7 @@ fn report<'py>(
     spec: &PyTreeSpec,
     tree: &Bound<'py, PyAny>,
     registry: &Registry,
-    which: Option<&str>,
+    which: Option<&dyn std::fmt::Display>,
     found: Found<'py>,
 ) -> PyErr {
     let mut scratch = Vec::new();
@@ -130,7 +130,9 @@ fn node_children<'py>(
             if t.len() != node.arity {
                 return Ok(Some(Mismatch::Arity { got: t.len() }));
             }
-            out.extend(t.iter());
+            if !crate::ffi::extend_with_items(out, t.as_any()) {
+                out.extend(t.iter()); // a namedtuple or struct sequence
+            }
         }
         Kind::List => {
             let Ok(l) = obj.cast_exact::<PyList>() else {
@@ -139,7 +141,7 @@ fn node_children<'py>(
             if l.len() != node.arity {
                 return Ok(Some(Mismatch::Arity { got: l.len() }));
             }
-            out.extend(l.iter());
+            crate::ffi::extend_with_items(out, l.as_any()); // an exact list (checked above)
         }
         Kind::Dict | Kind::OrderedDict | Kind::DefaultDict => {
             // Under optree's rules any of the three mapping kinds matches any other with the
@@ -224,7 +226,7 @@ fn node_children<'py>(
             if kids.len() != node.arity {
                 return Ok(Some(Mismatch::Arity { got: kids.len() }));
             }
-            out.extend(kids.into_vec());
+            kids.append_to(out);
         }
         Kind::Leaf | Kind::None => {
             return Err(crate::internal!(
@@ -304,7 +306,7 @@ fn mismatch(
     idx: usize,
     obj: &Bound<'_, PyAny>,
     why: Mismatch,
-    which: Option<&str>,
+    which: Option<&dyn std::fmt::Display>,
     tree: &Bound<'_, PyAny>,
     registry: &Registry,
 ) -> PyErr {

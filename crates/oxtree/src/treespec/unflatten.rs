@@ -20,8 +20,60 @@ pub fn unflatten_iterable<'py>(
     spec: &PyTreeSpec,
     leaves: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    if let Some(kind) = flat_sequence(spec) {
+        if let Some(seq) = sequence_of_leaves(kind, leaves, spec.num_leaves())? {
+            return Ok(seq);
+        }
+    }
     let (py, vec) = collect_leaves(leaves)?;
     build(py, spec, vec)
+}
+
+/// The kind of a treespec that is a tuple or list of leaves only (the treespec of most
+/// argument tuples), None for any other.
+#[inline]
+fn flat_sequence(spec: &PyTreeSpec) -> Option<Kind> {
+    let root = spec.root();
+    // `arity` children in `arity + 1` nodes are single nodes, and `arity` leaves among them
+    // make every one a leaf (a None node counts no leaf).
+    (matches!(root.kind, Kind::Tuple | Kind::List)
+        && spec.nodes.len() == root.arity + 1
+        && root.num_leaves == root.arity)
+        .then_some(root.kind)
+}
+
+/// A new tuple or list (`kind`) of the items of `leaves` when it is an exact list or tuple of
+/// `n` items; None (nothing made) for any other iterable, left to the general path and its
+/// errors. Measured on a 3-leaf tuple: the value stack and leaf vector of the general path were
+/// two fifths of the unflatten (callgrind).
+fn sequence_of_leaves<'py>(
+    kind: Kind,
+    leaves: &Bound<'py, PyAny>,
+    n: usize,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let py = leaves.py();
+    let list = kind == Kind::List;
+    if let Ok(l) = leaves.cast_exact::<PyList>() {
+        if l.len() != n {
+            return Ok(None);
+        }
+        return Ok(Some(if list {
+            crate::ffi::list_copy(l)?.into_any()
+        } else {
+            tuple_from(py, l.iter())?.into_any()
+        }));
+    }
+    if let Ok(t) = leaves.cast_exact::<PyTuple>() {
+        if t.len() != n {
+            return Ok(None);
+        }
+        return Ok(Some(if list {
+            list_from(py, t.iter())?.into_any()
+        } else {
+            tuple_from(py, t.iter())?.into_any()
+        }));
+    }
+    Ok(None)
 }
 
 /// The items of an iterable of leaves, as a vector.
@@ -29,6 +81,11 @@ pub fn collect_leaves<'py>(
     leaves: &Bound<'py, PyAny>,
 ) -> PyResult<(Python<'py>, Vec<Bound<'py, PyAny>>)> {
     let py = leaves.py();
+    let mut vec = spare::take(Slot::Leaves, 0);
+    if crate::ffi::extend_with_items(&mut vec, leaves) {
+        return Ok((py, vec));
+    }
+    spare::give_back(Slot::Leaves, vec);
     let vec: Vec<Bound<'py, PyAny>> = if let Ok(list) = leaves.cast::<PyList>() {
         let mut vec = spare::take(Slot::Leaves, list.len());
         vec.extend(list.iter());
@@ -99,6 +156,15 @@ pub fn build_with<'py>(
     // The stack never holds more values than there are nodes; both buffers go back to this
     // thread's spares at the end (a wide tree's buffers would otherwise be page-faulted in
     // afresh on every call).
+    if let (Visit::Rebuild, Some(kind)) = (visit, flat_sequence(spec)) {
+        let seq = if kind == Kind::List {
+            list_from(py, leaves.drain(..))?.into_any()
+        } else {
+            tuple_from(py, leaves.drain(..))?.into_any()
+        };
+        spare::give_back(Slot::Leaves, leaves);
+        return Ok(seq);
+    }
     let mut stack = spare::take(Slot::Values, spec.nodes.len().min(spec.num_leaves() + 1));
     let root = match visit {
         Visit::Rebuild => rebuild_values(py, spec, leaves.drain(..), &mut stack),
@@ -155,6 +221,16 @@ fn rebuilt<'py>(
             let obj = super::custom::attributes_node(py, reg, node.kept(py)?, &stack[start..])?;
             stack.truncate(start);
             obj
+        }
+        Kind::Custom => {
+            // The children's tuple made straight from the value stack, as for tuples.
+            let reg = node
+                .custom()
+                .invariant("a custom node without its registration")?;
+            let children = seq_from_top(py, stack, node.arity, false)?;
+            // `seq_from_top` made an exact tuple: the cast cannot fail.
+            let children = children.cast_into::<PyTuple>()?;
+            super::custom::unflatten(py, reg, node.kept(py)?, children)?
         }
         _ => {
             let start = stack.len() - node.arity;
