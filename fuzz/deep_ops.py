@@ -306,6 +306,13 @@ def ops(fx: dict[str, Any]) -> dict[str, tuple[tuple[str, ...], Callable[[], Any
         fields = [spec] + [oxtree.treespec_leaf()] * 8
         return oxtree.treespec_structseq(time.struct_time(fields)).num_leaves == 9
 
+    def nodes_round_trip() -> bool:
+        nodes = spec._nodes()
+        back = oxtree.PyTreeSpec._from_nodes(
+            nodes, none_is_leaf=spec.none_is_leaf, namespace=spec.namespace, face=spec._face
+        )
+        return len(nodes) == spec.num_nodes and back == spec
+
     def json_round_trip() -> bool:
         doc = oxtree.treespec_to_json(spec)
         back = oxtree.treespec_from_json(doc)
@@ -686,6 +693,10 @@ def ops(fx: dict[str, Any]) -> dict[str, tuple[tuple[str, ...], Callable[[], Any
         "spec_transform": (("PyTreeSpec.transform",), spec_transform),
         "spec_traverse": (("PyTreeSpec.traverse", "PyTreeSpec.walk"), spec_traverse),
         "spec_to_json": (("PyTreeSpec.to_json",), spec_to_json_method),
+        "spec_nodes": (
+            ("PyTreeSpec._nodes", "PyTreeSpec._from_nodes", "PyTreeSpec._face"),
+            nodes_round_trip,
+        ),
         "from_node_data_and_children": (
             ("PyTreeSpec.from_node_data_and_children",),
             from_node_data,

@@ -29,6 +29,7 @@ __all__ = [
     "set_dict_insertion_ordered",
     "PyTreeSpec",
     "PyTreeKind",
+    "_Node",
     "tree_flatten",
     "tree_leaves",
     "tree_structure",
@@ -43,7 +44,10 @@ __all__ = [
     "graph_unflatten",
     "_rebuild_graphdef",
     "_graph_rebuild_steps",
-    "_set_module_hooks",
+    "_ModuleDef",
+    "_module_flatten",
+    "_module_flatten_with_keys",
+    "_module_unflatten",
     "_FilterJitCore",
     "register_pytree_node",
     "unregister_pytree_node",
@@ -182,9 +186,49 @@ class PyTreeSpec:
     def __eq__(self, value: object, /) -> bool: ...
     def __ne__(self, value: object, /) -> bool: ...
     def __hash__(self) -> int: ...
+    def _nodes(self) -> tuple[_Node, ...]: ...
+    @staticmethod
+    def _from_nodes(
+        nodes: tuple[_Node, ...] | list[_Node],
+        *,
+        none_is_leaf: bool = ...,
+        namespace: str = ...,
+        face: str = ...,
+    ) -> PyTreeSpec: ...
+    @property
+    def _face(self) -> str: ...
     def __reduce__(self) -> tuple[Callable[..., PyTreeSpec], tuple[Any, ...]]: ...
     def __copy__(self) -> PyTreeSpec: ...
     def __deepcopy__(self, memo: Any) -> PyTreeSpec: ...
+
+@final
+class _Node:
+    """One node of a treespec (``PyTreeSpec._nodes()``, ``PyTreeSpec._from_nodes``)."""
+
+    def __new__(
+        cls,
+        kind: int,
+        arity: int,
+        data: Any = None,
+        keys: tuple[Any, ...] | None = None,
+        insertion: tuple[int, ...] | None = None,
+        custom_type: type | None = None,
+        entries: tuple[Any, ...] | None = None,
+    ) -> Self: ...
+    @property
+    def kind(self) -> PyTreeKind: ...
+    @property
+    def arity(self) -> int: ...
+    @property
+    def data(self) -> Any: ...
+    @property
+    def keys(self) -> tuple[Any, ...] | None: ...
+    @property
+    def insertion(self) -> tuple[int, ...] | None: ...
+    @property
+    def custom_type(self) -> type | None: ...
+    @property
+    def entries(self) -> tuple[Any, ...] | None: ...
 
 def tree_flatten(
     tree: Any,
@@ -600,7 +644,42 @@ def _rebuild_graphdef(
     skeleton: PyTreeSpec, num_roots: int, refs: list[tuple[int, int]]
 ) -> GraphDef: ...
 def _graph_rebuild_steps() -> int: ...
-def _set_module_hooks(flatten: Callable[[Any], Any]) -> None: ...
+
+@disjoint_base
+class _ModuleDef:
+    """A Module's aux data (subclassed by ``oxtree.module._ModuleDef``)."""
+
+    def __new__(
+        cls,
+        layout: Any,
+        names: tuple[str, ...],
+        kinds: tuple[Any, ...],
+        keys: tuple[GetAttrKey, ...],
+        others: dict[str, Any] | None,
+        key: Any,
+    ) -> Self: ...
+    @property
+    def layout(self) -> Any: ...
+    @property
+    def names(self) -> tuple[str, ...]: ...
+    @property
+    def kinds(self) -> tuple[Any, ...]: ...
+    @property
+    def keys(self) -> tuple[GetAttrKey, ...]: ...
+    @property
+    def others(self) -> dict[str, Any] | None: ...
+    @property
+    def _key(self) -> Any: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __ne__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __reduce__(self) -> tuple[Any, ...]: ...
+
+def _module_flatten(m: Any) -> tuple[tuple[Any, ...], _ModuleDef, tuple[GetAttrKey, ...]]: ...
+def _module_flatten_with_keys(
+    m: Any,
+) -> tuple[tuple[tuple[GetAttrKey, Any], ...], _ModuleDef]: ...
+def _module_unflatten(cls: type[_T], aux: Any, children: Iterable[Any]) -> _T: ...
 
 @disjoint_base
 class _FilterJitCore:

@@ -37,9 +37,10 @@ from oxtree._core import (
     GetAttrKey,
     GraphDef,
     PyTreeKind,
+    PyTreeSpec,
+    _Node,
     _node_kind,
     _rebuild_graphdef,
-    _rebuild_treespec,
     graph_flatten,
     graph_unflatten,
     keystr,
@@ -64,8 +65,6 @@ __all__ = [
 # module or a flax struct in a filtered transform's arguments is a node, as it is to JAX.
 _graph_flatten_jax = functools.partial(graph_flatten, jax_registry=True)
 
-# The pickle-state version and face `_rebuild_treespec` reads (see treespec/pickle.rs).
-_STATE_VERSION = 1
 _CLASS = GetAttrKey("__class__")
 _DATA = GetAttrKey("__data__")
 _SPECIAL = (_CLASS, _DATA)
@@ -159,11 +158,11 @@ def graph_to_dict(
     return out
 
 
-def _kind_of(ty: type, namespace: str) -> int:
-    """The PyTreeKind number a container class rebuilds as: the walk's own answer (a class
-    that is no node is taken for a registered one, for the rebuild to report)."""
+def _kind_of(ty: type, namespace: str) -> PyTreeKind:
+    """The kind a container class rebuilds as: the walk's own answer (a class that is no node
+    is taken for a registered one, for the rebuild to report)."""
     kind = _node_kind(ty, namespace=namespace)
-    return int(PyTreeKind.CUSTOM if kind is PyTreeKind.LEAF else kind)
+    return PyTreeKind.CUSTOM if kind is PyTreeKind.LEAF else kind
 
 
 def graph_from_dict(
@@ -208,7 +207,7 @@ def graph_from_dict(
                 f"{GraphPath((*parent, _CLASS))} entry"
             )
 
-    nodes: list[tuple[Any, ...]] = []
+    nodes: list[_Node] = []
     position: dict[tuple[Any, ...], int] = {}
     leaves: list[Any] = []
     refs: list[tuple[tuple[Any, ...], int]] = []  # (target path, skeleton leaf index)
@@ -221,13 +220,13 @@ def graph_from_dict(
             value = values[path]
             if isinstance(value, GraphRef):
                 refs.append((tuple(value.path), leaf_count))
-                nodes.append((int(PyTreeKind.LEAF), 0, None, None, None, None, None))
+                nodes.append(_LEAF)
                 leaf_count += 1
             elif value is None and not none_is_leaf:
-                nodes.append((int(PyTreeKind.NONE), 0, None, None, None, None, None))
+                nodes.append(_NONE)
             else:
                 leaves.append(value)
-                nodes.append((int(PyTreeKind.LEAF), 0, None, None, None, None, None))
+                nodes.append(_LEAF)
                 leaf_count += 1
             continue
         kids = children.get(path, [])
@@ -236,9 +235,8 @@ def graph_from_dict(
             tasks.extend((k, False) for k in reversed(kids))
             continue
         position[path] = len(nodes)
-        nodes.append(_node_state(path, classes[path], data.get(path), kids, namespace))
-    state = (_STATE_VERSION, none_is_leaf, namespace, tuple(nodes), "optree")
-    skeleton = _rebuild_treespec(state)
+        nodes.append(_node(path, classes[path], data.get(path), kids, namespace))
+    skeleton = PyTreeSpec._from_nodes(nodes, none_is_leaf=none_is_leaf, namespace=namespace)
     ref_pairs = []
     for target, leaf in refs:
         if target not in position:
@@ -266,19 +264,19 @@ def _register(
             children[p[:-1]].append(p)
 
 
-def _node_state(
+def _node(
     path: tuple[Any, ...],
     ty: type,
     data: Any,
     kids: list[tuple[Any, ...]],
     namespace: str,
-) -> tuple[Any, ...]:
-    """One node of a treespec pickle state: (kind, arity, data, keys, insertion, type, entries)."""
+) -> _Node:
+    """The treespec node of the container of class ``ty`` at ``path``."""
     arity = len(kids)
     keys = tuple(getattr(k[-1], "key", None) for k in kids)
     kind = _kind_of(ty, namespace)
-    if kind in (int(PyTreeKind.DICT), int(PyTreeKind.DEFAULTDICT)):
-        ordered = data[1] if kind == int(PyTreeKind.DEFAULTDICT) else data
+    if kind in (PyTreeKind.DICT, PyTreeKind.DEFAULTDICT):
+        ordered = data[1] if kind == PyTreeKind.DEFAULTDICT else data
         insertion = None
         if ordered is not None:
             at = {id(k): i for i, k in enumerate(keys)}
@@ -289,14 +287,18 @@ def _node_state(
                     f"graph_from_dict: the insertion keys of {GraphPath(path)} "
                     "do not match its children"
                 )
-        factory = data[0] if kind == int(PyTreeKind.DEFAULTDICT) else None
-        return (kind, arity, factory, keys, insertion, None, None)
-    if kind == int(PyTreeKind.ORDEREDDICT):
-        return (kind, arity, None, keys, None, None, None)
-    if kind in (int(PyTreeKind.NAMEDTUPLE), int(PyTreeKind.STRUCTSEQUENCE)):
-        return (kind, arity, ty, None, None, None, None)
-    if kind == int(PyTreeKind.DEQUE):
-        return (kind, arity, data, None, None, None, None)
-    if kind == int(PyTreeKind.CUSTOM):
-        return (kind, arity, data, None, None, ty, None)
-    return (kind, arity, None, None, None, None, None)
+        factory = data[0] if kind == PyTreeKind.DEFAULTDICT else None
+        return _Node(kind, arity, factory, keys, insertion)
+    if kind == PyTreeKind.ORDEREDDICT:
+        return _Node(kind, arity, keys=keys)
+    if kind in (PyTreeKind.NAMEDTUPLE, PyTreeKind.STRUCTSEQUENCE):
+        return _Node(kind, arity, ty)
+    if kind == PyTreeKind.DEQUE:
+        return _Node(kind, arity, data)
+    if kind == PyTreeKind.CUSTOM:
+        return _Node(kind, arity, data, custom_type=ty)
+    return _Node(kind, arity)
+
+
+_LEAF = _Node(PyTreeKind.LEAF, 0)
+_NONE = _Node(PyTreeKind.NONE, 0)

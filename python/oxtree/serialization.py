@@ -30,8 +30,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Mapping
 
-from oxtree import _core
-from oxtree._core import PyTreeKind, PyTreeSpec
+from oxtree._core import PyTreeKind, PyTreeSpec, _Node
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -173,35 +172,33 @@ def treespec_to_json(treespec: PyTreeSpec, /) -> dict[str, Any]:
     """
     if not isinstance(treespec, PyTreeSpec):
         raise TypeError(f"treespec_to_json expects a PyTreeSpec, got {treespec!r}")
-    _, (state,) = treespec.__reduce__()
-    _version, none_is_leaf, namespace, nodes, face = state
-    if face != "optree":
+    if treespec._face != "optree":
         raise ValueError("treespec_to_json: only treespecs of the main face have a JSON form")
     out = []
-    for kind_no, arity, data, keys, insertion, custom_type, _entries in nodes:
-        kind = PyTreeKind(kind_no)
-        node: list[Any] = [_KIND_NAMES[kind_no], arity]
+    for n in treespec._nodes():
+        kind = n.kind
+        node: list[Any] = [_KIND_NAMES[kind], n.arity]
         if kind == PyTreeKind.CUSTOM:
             raise ValueError(
-                f"treespec_to_json: custom node {custom_type.__qualname__} has no JSON form "
+                f"treespec_to_json: custom node {n.custom_type.__qualname__} has no JSON form "
                 "(pickle the treespec instead)"
             )
-        if keys is not None:
-            node.append([_encode_key(k) for k in keys])
+        if n.keys is not None:
+            node.append([_encode_key(k) for k in n.keys])
         if kind in (PyTreeKind.DICT, PyTreeKind.DEFAULTDICT):
-            node.append(list(insertion) if insertion is not None else None)
+            node.append(list(n.insertion) if n.insertion is not None else None)
         if kind in (PyTreeKind.NAMEDTUPLE, PyTreeKind.STRUCTSEQUENCE):
-            node.append(_type_name(data))
+            node.append(_type_name(n.data))
         elif kind == PyTreeKind.DEFAULTDICT:
-            node.append(None if data is None else _type_name(data))
+            node.append(None if n.data is None else _type_name(n.data))
         elif kind == PyTreeKind.DEQUE:
-            node.append(data)
+            node.append(n.data)
         out.append(node)
     return {
         "format": JSON_FORMAT,
         "version": JSON_VERSION,
-        "none_is_leaf": none_is_leaf,
-        "namespace": namespace,
+        "none_is_leaf": treespec.none_is_leaf,
+        "namespace": treespec.namespace,
         "nodes": out,
     }
 
@@ -245,7 +242,7 @@ def treespec_from_json(
     nodes = doc.get("nodes")
     if not isinstance(nodes, list):
         raise ValueError("treespec_from_json: 'nodes' must be a list")
-    state_nodes = []
+    spec_nodes = []
     for i, node in enumerate(nodes):
         if (
             not isinstance(node, list)
@@ -279,6 +276,7 @@ def treespec_from_json(
                 raise ValueError("custom nodes have no JSON form")
         except (IndexError, TypeError) as e:
             raise ValueError(f"treespec_from_json: node {i} is malformed: {node!r:.200}") from e
-        state_nodes.append((int(kind), arity, data, keys, insertion, None, None))
-    state = (1, doc.get("none_is_leaf"), doc.get("namespace"), tuple(state_nodes))
-    return _core._rebuild_treespec(state)
+        spec_nodes.append(_Node(kind, arity, data, keys, insertion))
+    return PyTreeSpec._from_nodes(
+        spec_nodes, none_is_leaf=doc.get("none_is_leaf"), namespace=doc.get("namespace")
+    )

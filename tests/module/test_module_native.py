@@ -1,18 +1,27 @@
-"""The core reads and rebuilds Modules itself: its results are exactly those of module.py's
-registered flatten and unflatten functions, and whatever it does not handle (configuration to
-read again, an attribute never assigned, a class with its own attribute hooks) gives what
-those functions give."""
+"""The core walks Modules itself, by the fields of their `_ModuleDef` (a core type): the
+children are the tree attributes in registration order, the aux data the module's
+`_ModuleDef` (its configuration read again after a change), the keys `GetAttrKey`s; a rebuilt
+module has the configuration and the children in its `__dict__`, and no class hook runs. The
+functions every Module class is registered with are the core's (`_module_flatten`,
+`_module_unflatten`), so what they give is the walk's."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import pickle
 from typing import Any
 
 import oxtree
 import pytest
 from oxtree import GetAttrKey, Module, Parameter, State
-from oxtree._core import _flatten_one_level
-from oxtree.module import _module as om
+from oxtree._core import (
+    _flatten_one_level,
+    _module_flatten,
+    _module_flatten_with_keys,
+    _module_unflatten,
+)
+from oxtree.module import _ModuleDef
 
 
 class Leaf(Module):
@@ -65,34 +74,107 @@ def _modules() -> list[Module]:
     return [Leaf(1.0), Leaf(None, n=[1, 2]), Tree(3), Guarded(2.0), Lookups(3.0), Module()]
 
 
-def _python_flatten(m: Module) -> tuple[tuple[Any, ...], Any, tuple[Any, ...]]:
-    return om._flatten(m)
+def _expected(m: Module) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The children (tree attributes in registration order) and configuration (the other
+    attributes, sorted by name) of ``m``, read from its ``__dict__``."""
+    tree = list(m.name_to_kind)
+    config = dict(sorted((n, v) for n, v in vars(m).items() if n not in tree))
+    return tuple(m.__dict__[n] for n in tree), config
 
 
 @pytest.mark.parametrize("m", _modules(), ids=lambda m: type(m).__name__)
-def test_one_level_flatten_matches_the_python_function(m: Module) -> None:
+def test_one_level_flatten_reads_the_module(m: Module) -> None:
     children, spec = _flatten_one_level(m)
-    expected_children, aux, keys = _python_flatten(m)
+    expected_children, config = _expected(m)
+    aux = spec.node_data()
     assert tuple(children) == expected_children
-    assert spec.node_data() is aux
-    assert tuple(spec.entries()) == keys
-    assert all(type(k) is GetAttrKey for k in keys)
+    assert type(aux) is _ModuleDef
+    assert aux is m._oxtree_def  # the fresh aux data is kept in the module's slot
+    assert aux.others == config
+    assert aux.names == tuple(m.name_to_kind)
+    assert aux.kinds == tuple(m.name_to_kind.values())
+    assert tuple(spec.entries()) == aux.keys == tuple(GetAttrKey(n) for n in aux.names)
+    assert all(type(k) is GetAttrKey for k in aux.keys)
+    # The registered functions are the walk's.
+    assert _module_flatten(m) == (expected_children, aux, aux.keys)
+    assert _module_flatten_with_keys(m) == (
+        tuple(zip(aux.keys, expected_children, strict=True)),
+        aux,
+    )
 
 
 @pytest.mark.parametrize("m", _modules(), ids=lambda m: type(m).__name__)
-def test_rebuild_matches_the_python_function(m: Module) -> None:
+def test_rebuild_restores_configuration_then_children(m: Module) -> None:
     leaves, spec = oxtree.tree_flatten(m)
     out = spec.unflatten(leaves)
-    children, aux, _ = _python_flatten(m)
-    expected = om._unflattener(type(m))(aux, children)
+    children, config = _expected(m)
+    aux = m._oxtree_def
     assert type(out) is type(m)
     assert out is not m
     assert out._oxtree_def is aux
-    # The same attributes in the same order (configuration first, then the tree ones).
-    assert list(out.__dict__) == list(expected.__dict__)
-    assert all(out.__dict__[k] is v for k, v in aux.others.items())
-    assert oxtree.tree_leaves(out) == oxtree.tree_leaves(expected) == leaves
+    # The configuration first (sorted by name), then the tree attributes.
+    assert list(out.__dict__) == [*config, *aux.names]
+    assert all(out.__dict__[k] is v for k, v in config.items())
+    assert oxtree.tree_leaves(out) == leaves
     assert oxtree.tree_structure(out) == spec
+    # The registered unflatten function is the same rebuild.
+    again = _module_unflatten(type(m), aux, list(children))
+    assert type(again) is type(m)
+    assert list(again.__dict__) == list(out.__dict__)
+    assert oxtree.tree_structure(again) == spec
+
+
+def test_registered_functions_refuse_what_is_no_module_def() -> None:
+    m = Leaf(1.0)
+    aux = oxtree.tree_structure(m).node_data()
+    with pytest.raises(TypeError, match="aux data must be a _ModuleDef, got 'x'"):
+        _module_unflatten(Leaf, "x", (1.0, 0))
+    with pytest.raises(ValueError, match="cannot rebuild a Leaf from 1 children"):
+        _module_unflatten(Leaf, aux, (1.0,))
+    with pytest.raises(ValueError, match="cannot rebuild a Leaf from 2 children"):
+        _module_unflatten(Leaf, aux.layout.stale, (1.0, 0))
+    object.__setattr__(m, "_oxtree_def", "x")
+    with pytest.raises(TypeError, match="_oxtree_def must be a _ModuleDef, got 'x'"):
+        oxtree.tree_leaves(m)
+
+
+def test_module_def_equality_hash_and_pickle() -> None:
+    a, b = Leaf(1.0), Leaf(2.0)
+    da, db = oxtree.tree_structure(a).node_data(), oxtree.tree_structure(b).node_data()
+    assert da is not db
+    assert da == db
+    assert hash(da) == hash(db)
+    assert (da != db) is False  # __ne__ is __eq__'s opposite
+    b.act = "gelu"
+    dc = oxtree.tree_structure(b).node_data()
+    assert da != dc
+    assert da != "x"
+    assert da != da.layout.stale
+    # Configuration compares by content where it is unhashable.
+    a.sizes, b.sizes, b.act = [1, 2], [1, 2], "relu"
+    assert oxtree.tree_structure(a).node_data() == oxtree.tree_structure(b).node_data()
+    # Pickles name oxtree.module._ModuleDef, which makes the key again.
+    data = pickle.dumps(da)
+    assert b"oxtree.module" in data
+    assert b"_ModuleDef" in data
+    back = pickle.loads(data)
+    assert type(back) is _ModuleDef
+    assert back == da
+    assert hash(back) == hash(da)
+    assert repr(back) == repr(da) == "<w: PARAMETER, n: STATE; act='relu', training=True>"
+    assert pickle.loads(pickle.dumps(da.layout.stale)) == da.layout.stale
+    # The core checks the fields fit each other.
+    with pytest.raises(ValueError, match="2 names, 1 kinds and 2 keys"):
+        oxtree._core._ModuleDef(da.layout, da.names, da.kinds[:1], da.keys, {}, ())
+
+
+def test_every_module_class_is_registered_with_the_core_functions() -> None:
+    for cls in (Leaf, Tree, Guarded, Module):
+        reg = oxtree.register_pytree_node.get(cls)
+        assert reg.flatten_func is _module_flatten
+        assert isinstance(reg.unflatten_func, functools.partial)
+        assert reg.unflatten_func.func is _module_unflatten
+        assert reg.unflatten_func.args == (cls,)
 
 
 def test_rebuild_bypasses_the_class_setattr() -> None:
@@ -117,7 +199,7 @@ def test_getattr_fallback_is_not_consulted_for_tree_attributes() -> None:
 def test_changed_configuration_is_read_again() -> None:
     m = Leaf(1.0)
     before = oxtree.tree_structure(m)
-    m.act = "gelu"  # makes the aux data stale: the core hands the module to module.py
+    m.act = "gelu"  # makes the aux data stale: the walk reads the configuration again
     after = oxtree.tree_structure(m)
     assert before != after
     assert oxtree.tree_unflatten(after, [5.0, 0]).act == "gelu"

@@ -43,6 +43,24 @@ OLD_PICKLE = base64.b64decode(
 )
 
 
+# A pickle made by oxtree while `_ModuleDef` was a Python class (before the core held it), of:
+#   m = Module(); m.register_parameter("w", [1.0, 2.0]); m.register_state("n", 3)
+#   m.act = "relu"; m.sizes = [4, 5]; m.sub = Module(); m.sub.register_parameter("b", 0.5)
+#   {"module": m, "spec": oxtree.tree_structure(m), "def": m._oxtree_def,
+#    "stale": m._oxtree_def.layout.stale}
+# pickled with protocol 4.
+PYTHON_DEF_PICKLE = base64.b64decode(
+    "gASVMQIAAAAAAAB9lCiMBm1vZHVsZZSMDW94dHJlZS5tb2R1bGWUjAZNb2R1bGWUk5QpgZR9lCiMCHRyYWluaW5nlIiMAXeU"
+    "XZQoRz/wAAAAAAAAR0AAAAAAAAAAZYwBbpRLA4wDYWN0lIwEcmVsdZSMBXNpemVzlF2UKEsESwVljANzdWKUaAQpgZR9lCho"
+    "B4iMAWKURz/gAAAAAAAAdX2UjAtfb3h0cmVlX2RlZpRoAowKX01vZHVsZURlZpSTlGgCjAdfTGF5b3V0lJOUaBJoAowES2lu"
+    "ZJSTlIwJcGFyYW1ldGVylIWUUpSGlIWUhZRSlH2UaAeIc4aUUpRzhpRidX2UaBRoFmgYaAhoHYaUaApoGowFc3RhdGWUhZRS"
+    "lIaUaA9oGmgBhZRSlIaUh5SFlFKUfZQoaAtoDGgNaA5oB4h1hpRSlHOGlGKMBHNwZWOUjAxveHRyZWUuX2NvcmWUjBFfcmVi"
+    "dWlsZF90cmVlc3BlY5STlChLAYmMAJQoKEsBSwBOTk5OTnSUKEsBSwBOTk5OTnSUKEsESwJOTk5OTnSUKEsBSwBOTk5OTnSU"
+    "KEsBSwBOTk5OTnSUKEsASwFoJE5OaASMBm94dHJlZZSMCkdldEF0dHJLZXmUk5RoEoWUUpSFlHSUKEsASwNoNE5OaARoQmgI"
+    "hZRSlGhCaAqFlFKUaEJoD4WUUpSHlHSUdJSMBm9wdHJlZZR0lIWUUpSMA2RlZpRoNIwFc3RhbGWUaBZoMU6GlFKUdS4="
+)
+
+
 def _made_now() -> Module:
     m = Module()
     m.register_parameter("w", [1.0, 2.0])
@@ -69,6 +87,27 @@ def test_a_pickle_made_before_the_split_loads() -> None:
     assert old["def"] == oxtree.tree_structure(now).node_data()
     assert old["jit"](2) == -2
     assert old["carry"] is oxjax.Carry
+
+
+def test_a_pickle_of_the_python_module_def_loads() -> None:
+    assert b"_ModuleDef" in PYTHON_DEF_PICKLE
+    old = pickle.loads(PYTHON_DEF_PICKLE)
+    now = _made_now()
+    now.sizes = [4, 5]
+    spec = oxtree.tree_structure(now)
+    assert type(old["def"]) is oxtree.module._ModuleDef
+    assert isinstance(old["def"], oxtree._core._ModuleDef)
+    assert old["def"] == spec.node_data()
+    assert hash(old["def"]) == hash(spec.node_data())
+    assert old["def"].others == {"act": "relu", "sizes": [4, 5], "training": True}
+    assert old["stale"] == now._oxtree_def.layout.stale
+    assert old["stale"].others is None
+    assert old["spec"] == spec
+    assert type(old["module"]) is Module
+    assert oxtree.tree_structure(old["module"]) == spec
+    assert oxtree.tree_leaves(old["module"]) == oxtree.tree_leaves(now)
+    out = old["spec"].unflatten([1, 2, 3, 4])
+    assert (out.w, out.n, out.sub.b, out.sizes) == ([1, 2], 3, 4, [4, 5])
 
 
 def test_new_pickles_name_the_public_modules() -> None:

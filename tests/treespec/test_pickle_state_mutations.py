@@ -8,12 +8,16 @@ in optree's `dict_insertion_ordered` mode where its dicts keep their insertion o
 outside it. A custom node's data and key entries are what its registered flatten function
 returns; loading runs none of the type's code, so those two fields are left unmutated here
 (loading checks their shape: tests/treespec/test_treespec_ops_serialization.py).
+
+The same nodes given as `_Node`s to `PyTreeSpec._from_nodes` meet the same check: the same
+treespec, or the same error.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
+import re
 from collections import OrderedDict, defaultdict, deque, namedtuple
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,7 +25,7 @@ from typing import Any
 import oxtree
 import oxtree.tree_util
 import pytest
-from oxtree._core import _rebuild_treespec
+from oxtree._core import PyTreeSpec, _Node, _rebuild_treespec
 
 NAMESPACE = "test_pickle_state_mutations"
 Pair = namedtuple("Pair", "a b")
@@ -105,6 +109,61 @@ def _reflattened(spec: Any, face: str, insertion_ordered: bool) -> Any:
         return oxtree.tree_util.tree_structure(tree)
     with oxtree.dict_insertion_ordered(insertion_ordered, namespace=spec.namespace):
         return oxtree.tree_structure(tree, none_is_leaf=spec.none_is_leaf, namespace=spec.namespace)
+
+
+def _outcome(load: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+    """The state of what ``load(*args, **kwargs)`` builds, or its error: its type, the node
+    it names (-1 for none) and its text with the node's name made uniform."""
+    try:
+        return ("loaded", load(*args, **kwargs).__reduce__()[1][0])
+    except (ValueError, TypeError) as e:
+        at = re.search(r"\bnode (\d+)\b", str(e))
+        text = re.sub(r"\bnode \d+\b|\b_Node\b", "node", str(e))
+        return (type(e), int(at[1]) if at else -1, text)
+
+
+@pytest.mark.parametrize(("name", "spec"), [pytest.param(*t, id=t[0]) for t in _trees()])
+def test_nodes_are_checked_as_a_state_is(name: str, spec: Any) -> None:
+    rng = random.Random(name)
+    _, (state,) = spec.__reduce__()
+    assert (
+        tuple(
+            (int(n.kind), n.arity, n.data, n.keys, n.insertion, n.custom_type, n.entries)
+            for n in spec._nodes()
+        )
+        == state[3]
+    )
+    refused = made = 0
+    for nodes in _mutations(state[3], rng):
+        typed_nodes = []
+        for i, n in enumerate(nodes):
+            try:
+                typed_nodes.append(_Node(*n))
+                continue
+            except ValueError as e:
+                words = re.sub(r"\b_Node\b", "node", str(e))
+            # A node whose fields have the wrong types: no `_Node` holds them, and a state
+            # holding them is refused there with the same words, or at a node before it.
+            for face in ("optree", "jax"):
+                pickled = _outcome(_rebuild_treespec, (*state[:3], nodes, face))
+                assert pickled[0] is ValueError, (name, nodes)
+                assert pickled[1] < i or pickled[2] == words, (name, nodes, pickled, words)
+            break
+        else:
+            made += 1
+            for face in ("optree", "jax"):
+                pickled = _outcome(_rebuild_treespec, (*state[:3], nodes, face))
+                typed = _outcome(
+                    PyTreeSpec._from_nodes,
+                    typed_nodes,
+                    none_is_leaf=state[1],
+                    namespace=state[2],
+                    face=face,
+                )
+                assert typed == pickled, (name, face, nodes)
+                refused += pickled[0] != "loaded"
+    assert made > 1000
+    assert refused > 500
 
 
 @pytest.mark.parametrize(("name", "spec"), [pytest.param(*t, id=t[0]) for t in _trees()])

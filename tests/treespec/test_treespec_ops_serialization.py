@@ -9,6 +9,7 @@ ValueError, never anything else.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -32,7 +33,7 @@ from helpers import (
     parametrize,
 )
 from nodes import Point, make_default
-from oxtree._core import _rebuild_treespec
+from oxtree._core import _Node, _rebuild_treespec
 
 # --------------------------------------------------------------------------------------------------
 # Module-level node classes: they import by name, so treespecs holding them have a JSON form.
@@ -155,6 +156,51 @@ def test_pickle_round_trip(name: str, tree: Any) -> None:
         assert rebuild is _rebuild_treespec
         assert type(state) is tuple
         assert_same_spec(_rebuild_treespec(state), spec)
+
+
+@pytest.mark.parametrize(("name", "tree"), all_trees(), ids=[n for n, _ in all_trees()])
+def test_nodes_round_trip(name: str, tree: Any) -> None:
+    specs = [oxtree.tree_structure(tree, none_is_leaf=n) for n in NONE_IS_LEAF_OPTIONS]
+    with contextlib.suppress(ValueError):  # JAX's face refuses dict keys that do not sort
+        specs.append(oxtree.tree_util.tree_structure(tree))
+    for spec in specs:
+        nodes = spec._nodes()
+        assert type(nodes) is tuple
+        assert all(type(n) is _Node and type(n.kind) is oxtree.PyTreeKind for n in nodes)
+        assert [n.kind for n in nodes[-1:]] == [spec.kind]
+        assert sum(n.kind == oxtree.PyTreeKind.LEAF for n in nodes) == spec.num_leaves
+        back = oxtree.PyTreeSpec._from_nodes(
+            nodes, none_is_leaf=spec.none_is_leaf, namespace=spec.namespace, face=spec._face
+        )
+        assert_same_spec(back, spec)
+        assert back._face == spec._face
+
+
+def test_node_fields_and_defaults() -> None:
+    counts = defaultdict(list, {"b": 1, "a": 2})
+    spec = oxtree.tree_structure([counts, deque([3], maxlen=2), Point(4, 5)])
+    by_kind = {n.kind: n for n in spec._nodes()}
+    dd = by_kind[oxtree.PyTreeKind.DEFAULTDICT]
+    assert (dd.arity, dd.data, dd.keys, dd.insertion) == (2, list, ("a", "b"), (1, 0))
+    assert by_kind[oxtree.PyTreeKind.DEQUE].data == 2
+    assert by_kind[oxtree.PyTreeKind.NAMEDTUPLE].data is Point
+    assert repr(dd) == (
+        "_Node(kind=DEFAULTDICT, arity=2, data=<class 'list'>, keys=('a', 'b'), insertion=(1, 0))"
+    )
+    # The defaults: None is no leaf, the global namespace, optree's face.
+    leaf = oxtree.PyTreeSpec._from_nodes([_Node(oxtree.PyTreeKind.LEAF, 0)])
+    assert leaf == oxtree.tree_structure(1)
+    assert (leaf.none_is_leaf, leaf.namespace, leaf._face) == (False, "", "optree")
+    with pytest.raises(ValueError, match="_Node: keys must be a tuple"):
+        _Node(oxtree.PyTreeKind.DICT, 1, keys=["a"])
+    with pytest.raises(ValueError, match="_Node: unknown kind 42"):
+        _Node(42, 0)
+    with pytest.raises(ValueError, match="node 1 is not a _Node"):
+        oxtree.PyTreeSpec._from_nodes([_Node(1, 0), (1, 0)])
+    with pytest.raises(ValueError, match="none_is_leaf must be a bool"):
+        oxtree.PyTreeSpec._from_nodes([_Node(1, 0)], none_is_leaf=None)
+    with pytest.raises(ValueError, match="the face must be 'optree' or 'jax'"):
+        oxtree.PyTreeSpec._from_nodes([_Node(1, 0)], face="flax")
 
 
 def test_pickle_round_trip_custom_and_namespaced() -> None:

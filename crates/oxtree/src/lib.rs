@@ -53,7 +53,10 @@ mod _core {
 
     // Treespecs, and the function their pickles call to rebuild one.
     #[pymodule_export]
-    use crate::treespec::{pickle::rebuild_treespec, PyTreeSpec};
+    use crate::treespec::{
+        pickle::{rebuild_treespec, PyNode},
+        PyTreeSpec,
+    };
 
     // The registry of node types.
     #[pymodule_export]
@@ -83,9 +86,12 @@ mod _core {
     // oxtree.jax.filter_jit's warm call.
     #[pymodule_export]
     use crate::filter_jit::FilterJitCore;
-    // Modules are graph nodes to JAX; their native walk is declared with the graph's names.
+    // oxtree.Module: its aux data and the flatten and unflatten functions its classes are
+    // registered with (walked natively).
     #[pymodule_export]
-    use crate::treespec::module_node::_set_module_hooks;
+    use crate::treespec::module_node::{
+        _module_flatten, _module_flatten_with_keys, _module_unflatten, ModuleDef,
+    };
 
     // Prefix errors, in either face's words.
     #[pymodule_export]
@@ -153,6 +159,8 @@ mod _core {
         // functions, which pickle still finds under the same names.
         let _ = crate::treespec::pickle::REBUILD.set(py, m.getattr("_rebuild_treespec")?.unbind());
         let _ = crate::graph::REBUILD.set(py, m.getattr("_rebuild_graphdef")?.unbind());
+        let _ =
+            crate::treespec::module_node::FLATTEN.set(py, m.getattr("_module_flatten")?.unbind());
         Ok(())
     }
 }

@@ -6,14 +6,14 @@ tree_map copies; a module holds its aux data in one slot."""
 from __future__ import annotations
 
 import enum
-import operator
 import re
 import sys
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Self, TypeVar
 
+from oxtree import _core
 from oxtree._arrays import is_array, is_shaped
 from oxtree._core import GetAttrKey
 from oxtree.module._axes import Axes
@@ -112,7 +112,6 @@ class _Layout:
         "name_to_kind",
         "names",
         "stale",
-        "values_of",
     )
 
     def __init__(
@@ -127,16 +126,6 @@ class _Layout:
         )
         self.keys = tuple(GetAttrKey(n) for n in self.names)
         self._hash = hash((self.names, self.kinds, tuple(self.name_to_axes.items())))
-        # The children of a module, read from its __dict__ by one C call.
-        if len(self.names) >= 2:
-            self.values_of: Callable[[dict[str, Any]], tuple[Any, ...]] = operator.itemgetter(
-                *self.names
-            )
-        elif self.names:
-            name = self.names[0]
-            self.values_of = lambda d: (d[name],)
-        else:
-            self.values_of = lambda d: ()
         # The aux data of a module with this layout whose configuration must be read again.
         self.stale = _ModuleDef(self, None)
 
@@ -214,22 +203,18 @@ def _static_key(value: Any, where: Callable[[], str]) -> Any:
     return _Identity(value)
 
 
-class _ModuleDef:
+class _ModuleDef(_core._ModuleDef):
     """A module's aux data: its layout and its configuration, the ``OTHERS`` attributes
     sorted by name (None in a layout's ``stale`` instance: read them from the module).
+
+    The core holds it and walks modules by it (``oxtree._core._ModuleDef``); this class makes
+    the configuration's hashable stand-in (``_static_key``) that equality and the hash read.
     """
 
-    __slots__ = ("_hash", "_key", "keys", "layout", "names", "others", "values_of")
+    __slots__ = ()
 
-    def __init__(
-        self, layout: _Layout, others: dict[str, Any] | None, owner: str = "module"
-    ) -> None:
-        self.layout = layout
-        self.names = layout.names
-        self.keys = layout.keys
-        self.values_of = layout.values_of
-        self.others = others
-        self._key = (
+    def __new__(cls, layout: _Layout, others: dict[str, Any] | None, owner: str = "module") -> Self:
+        key = (
             None
             if others is None
             else tuple(
@@ -237,22 +222,7 @@ class _ModuleDef:
                 for n, v in others.items()
             )
         )
-        self._hash: int | None = None
-
-    def __eq__(self, other: object) -> bool:
-        return self is other or (
-            isinstance(other, _ModuleDef)
-            and self.layout == other.layout
-            and self._key == other._key
-        )
-
-    def __hash__(self) -> int:
-        if self._hash is None:
-            self._hash = hash((self.layout, self._key))
-        return self._hash
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_ModuleDef, (self.layout, self.others))
+        return super().__new__(cls, layout, layout.names, layout.kinds, layout.keys, others, key)
 
     def __repr__(self) -> str:
         config = ", ".join(f"{n}={_short_repr(v)}" for n, v in (self.others or {}).items())

@@ -1,9 +1,10 @@
-"""The :class:`Module` base class: its oxtree node hooks (one flatten for every module class,
-one unflatten per class, both handed to the core), its registration with oxtree and JAX, its
-functional updates and the kind of the attribute each leaf lies under."""
+"""The :class:`Module` base class: its registration with oxtree (the core's Module flatten and
+unflatten functions, which it walks natively) and JAX, its functional updates and the kind of
+the attribute each leaf lies under."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Self, TypeVar
 
@@ -11,7 +12,9 @@ from oxtree import _jax_hook
 from oxtree._arrays import is_array, is_shaped
 from oxtree._core import (
     GetAttrKey,
-    _set_module_hooks,
+    _module_flatten,
+    _module_flatten_with_keys,
+    _module_unflatten,
     graph_unflatten,
     keystr,
     register_pytree_node,
@@ -83,55 +86,6 @@ def _declared(cls: type) -> tuple[_Layout, dict[str, Any]]:
 _new_object = object.__new__
 
 
-def _refresh(m: Module) -> _ModuleDef:
-    """Reads a module's configuration again (after it changed) into new aux data."""
-    layout = m._oxtree_def.layout
-    tree = layout.name_to_kind
-    others = dict(sorted((n, v) for n, v in vars(m).items() if n not in tree))
-    aux = _ModuleDef(layout, others, type(m).__qualname__)
-    _DEF_SLOT.__set__(m, aux)
-    return aux
-
-
-def _unassigned(m: Module, error: KeyError) -> AttributeError:
-    name = error.args[0]
-    kind = m._oxtree_def.layout.name_to_kind[name].name
-    return AttributeError(
-        f"{type(m).__qualname__}.{name} ({kind}) was declared or registered but never "
-        "assigned, so the module cannot be flattened"
-    )
-
-
-# The hot path: one slot read and one C call for the children.
-def _flatten(m: Module) -> tuple[tuple[Any, ...], _ModuleDef, tuple[GetAttrKey, ...]]:
-    aux = m._oxtree_def
-    if aux.others is None:
-        aux = _refresh(m)
-    try:
-        # The entries are GetAttrKeys in this face too, so paths print `.weight` everywhere.
-        return aux.values_of(m.__dict__), aux, aux.keys
-    except KeyError as e:
-        raise _unassigned(m, e) from None
-
-
-def _flatten_with_keys(m: Module) -> tuple[tuple[tuple[Any, Any], ...], _ModuleDef]:
-    children, aux, _ = _flatten(m)
-    return tuple(zip(aux.keys, children, strict=True)), aux
-
-
-def _unflattener(cls: type[_M]) -> Callable[[_ModuleDef, Any], _M]:
-    def unflatten(aux: _ModuleDef, children: Any) -> _M:
-        m = _new_object(cls)
-        _DEF_SLOT.__set__(m, aux)
-        d = m.__dict__
-        d.update(aux.others)  # type: ignore[arg-type]
-        d.update(zip(aux.names, children))  # noqa: B905 (the treespec fixed the count)
-        return m
-
-    unflatten.__qualname__ = f"{cls.__qualname__}.<unflatten>"
-    return unflatten
-
-
 def _child_at(node: Any, entry: Any) -> Any:
     """The child of ``node`` that the key ``entry`` names (an attribute, a key, an index)."""
     if isinstance(node, Module) and type(entry) is GetAttrKey:
@@ -143,8 +97,13 @@ def _child_at(node: Any, entry: Any) -> Any:
 
 
 def _register(cls: type[Module]) -> None:
+    # The core walks every class registered with `_module_flatten` itself (its children, aux
+    # data and keys read by the fields of the module's `_ModuleDef`), and rebuilds it.
     register_pytree_node(
-        cls, _flatten, _unflattener(cls), flatten_with_keys_func=_flatten_with_keys
+        cls,
+        _module_flatten,
+        functools.partial(_module_unflatten, cls),
+        flatten_with_keys_func=_module_flatten_with_keys,
     )
     # This module never imports JAX: the class is registered with JAX now if JAX is loaded,
     # else once `import jax` has finished (oxtree._jax_hook).
@@ -644,10 +603,6 @@ class Module:
 
 
 _DEF_SLOT = Module.__dict__["_oxtree_def"]
-
-# The core reads and rebuilds modules itself (as _flatten and _unflattener's functions do)
-# for every class registered with _flatten; those functions remain for what it hands back.
-_set_module_hooks(_flatten)
 
 _RESERVED = frozenset(n for n in dir(Module) if not n.startswith("_")) | {"training"}
 

@@ -97,6 +97,23 @@ const JAX: Rules = Rules {
 };
 
 impl Face {
+    /// The face's name in a pickle's state and `PyTreeSpec._face`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Face::Optree => "optree",
+            Face::Jax => "jax",
+        }
+    }
+
+    /// The face `name` names.
+    pub fn from_name(name: &str) -> Option<Face> {
+        match name {
+            "optree" => Some(Face::Optree),
+            "jax" => Some(Face::Jax),
+            _ => None,
+        }
+    }
+
     /// The face a core entry point's `jax=` flag names.
     pub fn of(jax: bool) -> Face {
         if jax {

@@ -30,9 +30,7 @@ pub fn flatten_in<'py>(
 ) -> PyResult<Flattened<'py>> {
     if let Rule::Custom { flatten, .. } = &reg.rule {
         if super::module_node::is_module(py, flatten) {
-            if let Some(found) = super::module_node::flatten(obj) {
-                return Ok(found);
-            }
+            return super::module_node::flatten(obj);
         }
     }
     match &reg.rule {

@@ -1,9 +1,16 @@
 //! Pickling: a flat, versioned state (one tuple per node, post-order), validated on load so a
-//! corrupted or hand-made state raises ValueError instead of building a broken treespec.
+//! corrupted or hand-made state raises ValueError instead of building a broken treespec. The
+//! same nodes, typed (`_Node`), are what Python reads of a treespec's structure
+//! (`PyTreeSpec._nodes`) and builds one from (`PyTreeSpec._from_nodes`), through the same
+//! check: no Python module knows the state's layout.
 
+use std::borrow::Borrow;
+
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyList, PyTuple, PyType};
+use pyo3::types::{PyTuple, PyType};
+use pyo3::PyTraverseError;
 
 use super::{Node, PyTreeSpec};
 use crate::errors::TreeError;
@@ -15,43 +22,246 @@ use crate::types;
 
 const STATE_VERSION: u32 = 1;
 
-fn opt<'py>(py: Python<'py>, v: &Option<Py<impl Sized>>) -> Bound<'py, PyAny> {
-    match v {
-        Some(o) => o.bind(py).clone().into_any(),
-        None => py.None().into_bound(py),
+/// One node of a treespec as Python sees it, in the treespec's post-order: its kind, arity,
+/// data, keys (a mapping's), insertion order (a dict's, when it differs from the key order),
+/// custom type and entries. `PyTreeSpec._nodes()` gives them and `PyTreeSpec._from_nodes`
+/// builds a treespec from them, checked as a pickle's state is (one check, `build`); a
+/// pickle's state holds the same fields as one tuple per node (`to_tuple`, `read`).
+#[pyclass(frozen, module = "oxtree", name = "_Node")]
+pub struct PyNode {
+    kind: Kind,
+    /// The number of children.
+    #[pyo3(get)]
+    arity: usize,
+    /// A namedtuple's or struct sequence's type, a deque's maxlen, a defaultdict's factory,
+    /// a custom node's aux data; None otherwise.
+    #[pyo3(get)]
+    data: Py<PyAny>,
+    keys: Option<Py<PyTuple>>,
+    insertion: Option<Box<[usize]>>,
+    /// A custom node's registered type; None otherwise.
+    #[pyo3(get)]
+    custom_type: Py<PyAny>,
+    entries: Option<Py<PyTuple>>,
+}
+
+fn none_or<'py>(py: Python<'py>, v: Option<Bound<'py, PyAny>>) -> Bound<'py, PyAny> {
+    v.unwrap_or_else(|| py.None().into_bound(py))
+}
+
+impl PyNode {
+    /// The fields of a treespec's node.
+    fn of(py: Python<'_>, node: &Node) -> PyResult<PyNode> {
+        Ok(PyNode {
+            kind: node.kind,
+            arity: node.arity,
+            data: node
+                .data
+                .as_ref()
+                .map_or_else(|| py.None(), |d| d.clone_ref(py)),
+            keys: node.keys().as_ref().map(|k| k.bind(py).to_tuple().unbind()),
+            insertion: node.insertion().map(|pos| pos.iter().collect()),
+            custom_type: node
+                .custom()
+                .map_or_else(|| py.None(), |reg| reg.ty.clone_ref(py).into_any()),
+            entries: node.entries().as_ref().map(|e| e.clone_ref(py)),
+        })
+    }
+
+    /// Reads a node's fields, with the types each must have; `at` names the node in messages.
+    #[allow(clippy::too_many_arguments)]
+    fn read(
+        kind: &Bound<'_, PyAny>,
+        arity: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+        keys: &Bound<'_, PyAny>,
+        insertion: &Bound<'_, PyAny>,
+        custom_type: &Bound<'_, PyAny>,
+        entries: &Bound<'_, PyAny>,
+        at: &str,
+    ) -> PyResult<PyNode> {
+        let kind_no: u8 = kind.extract().map_err(|_| bad(format!("{at}: bad kind")))?;
+        let kind =
+            Kind::from_u8(kind_no).ok_or_else(|| bad(format!("{at}: unknown kind {kind_no}")))?;
+        let arity: usize = arity
+            .extract()
+            .map_err(|_| bad(format!("{at}: bad arity")))?;
+        let tuple_or_none = |obj: &Bound<'_, PyAny>, what: &str| -> PyResult<_> {
+            if obj.is_none() {
+                return Ok(None);
+            }
+            let t = obj
+                .cast::<PyTuple>()
+                .map_err(|_| bad(format!("{at}: {what}")))?;
+            Ok(Some(t.clone().unbind()))
+        };
+        let keys = tuple_or_none(keys, "keys must be a tuple")?;
+        let insertion = if insertion.is_none() {
+            None
+        } else {
+            let v: Vec<usize> = insertion
+                .extract()
+                .map_err(|_| bad(format!("{at}: the insertion order must be a tuple of ints")))?;
+            Some(v.into_boxed_slice())
+        };
+        let entries = tuple_or_none(entries, "entries must be a tuple or None")?;
+        Ok(PyNode {
+            kind,
+            arity,
+            data: data.clone().unbind(),
+            keys,
+            insertion,
+            custom_type: custom_type.clone().unbind(),
+            entries,
+        })
+    }
+
+    /// A node of a pickle's state: `(kind, arity, data, keys, insertion, custom type,
+    /// entries)`.
+    fn to_tuple<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(
+            py,
+            [
+                (self.kind as u8).into_pyobject(py)?.into_any(),
+                self.arity.into_pyobject(py)?.into_any(),
+                self.data.bind(py).clone(),
+                self.py_keys(py),
+                self.py_insertion(py)?,
+                self.custom_type.bind(py).clone(),
+                self.py_entries(py),
+            ],
+        )
+    }
+
+    /// A node of a pickle's state, as `to_tuple` writes it; `i` is its index.
+    fn from_tuple(item: &Bound<'_, PyAny>, i: usize) -> PyResult<PyNode> {
+        let t = item
+            .cast::<PyTuple>()
+            .map_err(|_| bad(format!("node {i} is not a tuple")))?;
+        if t.len() != 7 {
+            return Err(bad(format!("node {i} has {} fields, expected 7", t.len())));
+        }
+        let f = |j| t.get_item(j);
+        PyNode::read(
+            &f(0)?,
+            &f(1)?,
+            &f(2)?,
+            &f(3)?,
+            &f(4)?,
+            &f(5)?,
+            &f(6)?,
+            &format!("node {i}"),
+        )
     }
 }
 
-fn as_tuple<'py>(py: Python<'py>, keys: &Option<Py<PyList>>) -> Bound<'py, PyAny> {
-    match keys {
-        Some(k) => k.bind(py).to_tuple().into_any(),
-        None => py.None().into_bound(py),
+#[pymethods]
+impl PyNode {
+    #[new]
+    #[pyo3(signature = (kind, arity, data = None, keys = None, insertion = None, custom_type = None, entries = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn py_new(
+        py: Python<'_>,
+        kind: &Bound<'_, PyAny>,
+        arity: &Bound<'_, PyAny>,
+        data: Option<Bound<'_, PyAny>>,
+        keys: Option<Bound<'_, PyAny>>,
+        insertion: Option<Bound<'_, PyAny>>,
+        custom_type: Option<Bound<'_, PyAny>>,
+        entries: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<PyNode> {
+        PyNode::read(
+            kind,
+            arity,
+            &none_or(py, data),
+            &none_or(py, keys),
+            &none_or(py, insertion),
+            &none_or(py, custom_type),
+            &none_or(py, entries),
+            "_Node",
+        )
     }
+
+    /// The node's kind (a `PyTreeKind`).
+    #[getter]
+    fn kind<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.kind.to_py(py)
+    }
+
+    /// A mapping's keys, in the order of its children (a tuple); None for other kinds.
+    #[getter(keys)]
+    fn py_keys<'py>(&self, py: Python<'py>) -> Bound<'py, PyAny> {
+        none_or(
+            py,
+            self.keys.as_ref().map(|k| k.bind(py).clone().into_any()),
+        )
+    }
+
+    /// A dict's keys in insertion order, as positions among its children (a tuple of ints),
+    /// when that differs from the order of its children; None otherwise.
+    #[getter(insertion)]
+    fn py_insertion<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(match &self.insertion {
+            Some(pos) => PyTuple::new(py, pos.iter())?.into_any(),
+            None => py.None().into_bound(py),
+        })
+    }
+
+    /// A custom node's path entries, one per child (a tuple), when its flatten gave them.
+    #[getter(entries)]
+    fn py_entries<'py>(&self, py: Python<'py>) -> Bound<'py, PyAny> {
+        none_or(
+            py,
+            self.entries.as_ref().map(|e| e.bind(py).clone().into_any()),
+        )
+    }
+
+    /// `_Node(kind=DICT, arity=2, keys=('a', 'b'))`: the fields that are not None.
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let mut text = format!(
+            "_Node(kind={}, arity={}",
+            self.kind.to_py(py)?.getattr(pyo3::intern!(py, "name"))?,
+            self.arity
+        );
+        for (name, value) in [
+            ("data", self.data.bind(py).clone()),
+            ("keys", self.py_keys(py)),
+            ("insertion", self.py_insertion(py)?),
+            ("custom_type", self.custom_type.bind(py).clone()),
+            ("entries", self.py_entries(py)),
+        ] {
+            if !value.is_none() {
+                text += &format!(", {name}={}", value.repr()?);
+            }
+        }
+        Ok(text + ")")
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        // No `__clear__`: a node is immutable and made after all it holds.
+        visit.call(&self.data)?;
+        visit.call(&self.keys)?;
+        visit.call(&self.custom_type)?;
+        visit.call(&self.entries)
+    }
+}
+
+/// The treespec's nodes, in post-order.
+pub fn nodes<'py>(spec: &PyTreeSpec, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+    let nodes = spec
+        .nodes
+        .iter()
+        .map(|node| Bound::new(py, PyNode::of(py, node)?))
+        .collect::<PyResult<Vec<_>>>()?;
+    PyTuple::new(py, nodes)
 }
 
 pub fn state<'py>(spec: &PyTreeSpec, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-    let mut nodes = Vec::with_capacity(spec.nodes.len());
-    for node in &spec.nodes {
-        let custom_type = match node.custom() {
-            Some(reg) => reg.ty.bind(py).clone().into_any(),
-            None => py.None().into_bound(py),
-        };
-        nodes.push(PyTuple::new(
-            py,
-            [
-                (node.kind as u8).into_pyobject(py)?.into_any(),
-                node.arity.into_pyobject(py)?.into_any(),
-                opt(py, &node.data),
-                as_tuple(py, node.keys()),
-                match node.insertion() {
-                    Some(pos) => PyTuple::new(py, pos.iter().collect::<Vec<_>>())?.into_any(),
-                    None => py.None().into_bound(py),
-                },
-                custom_type,
-                opt(py, node.entries()),
-            ],
-        )?);
-    }
+    let nodes = spec
+        .nodes
+        .iter()
+        .map(|node| PyNode::of(py, node)?.to_tuple(py))
+        .collect::<PyResult<Vec<_>>>()?;
     PyTuple::new(
         py,
         [
@@ -61,12 +271,7 @@ pub fn state<'py>(spec: &PyTreeSpec, py: Python<'py>) -> PyResult<Bound<'py, PyT
                 .into_any(),
             spec.namespace.clone().into_pyobject(py)?.into_any(),
             PyTuple::new(py, nodes)?.into_any(),
-            match spec.face {
-                Face::Optree => "optree",
-                Face::Jax => "jax",
-            }
-            .into_pyobject(py)?
-            .into_any(),
+            spec.face.name().into_pyobject(py)?.into_any(),
         ],
     )
 }
@@ -92,30 +297,24 @@ fn bad(msg: impl Into<String>) -> PyErr {
     TreeError::Value(format!("invalid PyTreeSpec state: {}", msg.into())).into()
 }
 
-fn positions(obj: &Bound<'_, PyAny>, i: usize) -> PyResult<Option<Box<[usize]>>> {
-    if obj.is_none() {
-        return Ok(None);
-    }
-    let v: Vec<usize> = obj.extract().map_err(|_| {
-        bad(format!(
-            "node {i}: the insertion order must be a tuple of ints"
-        ))
-    })?;
-    Ok(Some(v.into_boxed_slice()))
-}
-
-fn key_list<'py>(
-    obj: &Bound<'py, PyAny>,
-    what: &str,
-    i: usize,
-) -> PyResult<Option<Bound<'py, PyList>>> {
-    if obj.is_none() {
-        return Ok(None);
-    }
-    let t = obj
-        .cast::<PyTuple>()
-        .map_err(|_| bad(format!("node {i}: {what} must be a tuple")))?;
-    Ok(Some(t.to_list()))
+/// The treespec-wide fields, as a state or `_from_nodes` gives them.
+fn options(
+    none_is_leaf: &Bound<'_, PyAny>,
+    namespace: &Bound<'_, PyAny>,
+    face: &Bound<'_, PyAny>,
+) -> PyResult<(bool, String, Face)> {
+    let face = face
+        .extract::<String>()
+        .ok()
+        .and_then(|f| Face::from_name(&f))
+        .ok_or_else(|| bad("the face must be 'optree' or 'jax'"))?;
+    let none_is_leaf: bool = none_is_leaf
+        .extract()
+        .map_err(|_| bad("none_is_leaf must be a bool"))?;
+    let namespace: String = namespace
+        .extract()
+        .map_err(|_| bad("namespace must be a str"))?;
+    Ok((none_is_leaf, namespace, face))
 }
 
 /// Rebuilds a treespec from `__reduce__`'s state, checking every invariant.
@@ -127,14 +326,9 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
     if state.len() != 4 && state.len() != 5 {
         return Err(bad(format!("expected 5 fields, got {}", state.len())));
     }
-    let face = if state.len() == 5 {
-        match state.get_item(4)?.extract::<String>().as_deref() {
-            Ok("optree") => Face::Optree,
-            Ok("jax") => Face::Jax,
-            _ => return Err(bad("the face must be 'optree' or 'jax'")),
-        }
-    } else {
-        Face::Optree
+    let face = match state.len() {
+        5 => state.get_item(4)?,
+        _ => Face::Optree.name().into_pyobject(py)?.into_any(),
     };
     let version: u32 = state
         .get_item(0)?
@@ -145,19 +339,62 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
             "unknown version {version} (this oxtree reads version {STATE_VERSION})"
         )));
     }
-    let none_is_leaf: bool = state
-        .get_item(1)?
-        .extract()
-        .map_err(|_| bad("none_is_leaf must be a bool"))?;
-    let namespace: String = state
-        .get_item(2)?
-        .extract()
-        .map_err(|_| bad("namespace must be a str"))?;
+    let (none_is_leaf, namespace, face) = options(&state.get_item(1)?, &state.get_item(2)?, &face)?;
     let raw = state.get_item(3)?;
     let raw = raw
         .cast::<PyTuple>()
         .map_err(|_| bad("nodes must be a tuple"))?;
-    if raw.is_empty() {
+    let nodes = raw
+        .iter()
+        .enumerate()
+        .map(|(i, item)| PyNode::from_tuple(&item, i));
+    build(py, nodes, none_is_leaf, namespace, face)
+}
+
+/// `PyTreeSpec._from_nodes`: a treespec of `nodes` (`_Node`s in post-order), checked as a
+/// pickle's state is.
+pub fn from_nodes(
+    nodes: &Bound<'_, PyAny>,
+    none_is_leaf: &Bound<'_, PyAny>,
+    namespace: &Bound<'_, PyAny>,
+    face: &Bound<'_, PyAny>,
+) -> PyResult<PyTreeSpec> {
+    let py = nodes.py();
+    let (none_is_leaf, namespace, face) = options(none_is_leaf, namespace, face)?;
+    let items: Vec<Bound<'_, PyAny>> = if let Ok(t) = nodes.cast::<PyTuple>() {
+        t.iter().collect()
+    } else if let Ok(l) = nodes.cast::<pyo3::types::PyList>() {
+        l.iter().collect()
+    } else {
+        return Err(bad("nodes must be a tuple or a list"));
+    };
+    let nodes = items
+        .into_iter()
+        .enumerate()
+        .map(|(i, n)| {
+            n.cast_into::<PyNode>()
+                .map_err(|_| bad(format!("node {i} is not a _Node")))
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    build(
+        py,
+        nodes.iter().map(|n| Ok(n.get())),
+        none_is_leaf,
+        namespace,
+        face,
+    )
+}
+
+/// The one check of a treespec made from outside data (a pickle's state, `_from_nodes`):
+/// every node fits its kind, the current registrations and the nodes before it.
+fn build<N: Borrow<PyNode>>(
+    py: Python<'_>,
+    raw: impl ExactSizeIterator<Item = PyResult<N>>,
+    none_is_leaf: bool,
+    namespace: String,
+    face: Face,
+) -> PyResult<PyTreeSpec> {
+    if raw.len() == 0 {
         return Err(bad("no nodes"));
     }
     // (num_leaves, num_nodes) of each completed subtree not yet claimed by a parent.
@@ -168,48 +405,29 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
     // (optree's `dict_insertion_ordered` mode is per walk), so a state with both would not
     // re-flatten to itself.
     let (mut sorted_at, mut insertion_ordered_at) = (None, None);
-    for (i, item) in raw.iter().enumerate() {
-        let mut node_entries: Option<Py<PyTuple>> = None;
-        let t = item
-            .cast::<PyTuple>()
-            .map_err(|_| bad(format!("node {i} is not a tuple")))?;
-        if t.len() != 7 {
-            return Err(bad(format!("node {i} has {} fields, expected 7", t.len())));
-        }
-        let kind_no: u8 = t
-            .get_item(0)?
-            .extract()
-            .map_err(|_| bad(format!("node {i}: bad kind")))?;
-        let kind = Kind::from_u8(kind_no)
-            .ok_or_else(|| bad(format!("node {i}: unknown kind {kind_no}")))?;
-        let arity: usize = t
-            .get_item(1)?
-            .extract()
-            .map_err(|_| bad(format!("node {i}: bad arity")))?;
-        let data = t.get_item(2)?;
-        let keys = key_list(&t.get_item(3)?, "keys", i)?;
-        let insertion = positions(&t.get_item(4)?, i)?;
+    for (i, item) in raw.enumerate() {
+        let item = item?;
+        let item: &PyNode = item.borrow();
+        let (kind, arity) = (item.kind, item.arity);
+        let data = item.data.bind(py).clone();
+        let keys = item.keys.as_ref().map(|k| k.bind(py).to_list());
+        let insertion = &item.insertion;
         if insertion.is_some() && !matches!(kind, Kind::Dict | Kind::DefaultDict) {
             return Err(bad(format!(
                 "node {i}: only dict nodes have an insertion order"
             )));
         }
-        let custom_type = t.get_item(5)?;
+        let custom_type = item.custom_type.bind(py);
         if kind != Kind::Custom && !custom_type.is_none() {
             return Err(bad(format!("node {i}: only a custom node names a type")));
         }
         if keys.is_some() && !matches!(kind, Kind::Dict | Kind::OrderedDict | Kind::DefaultDict) {
             return Err(bad(format!("node {i}: only mapping nodes have keys")));
         }
-        let entries = t.get_item(6)?;
-        if !entries.is_none() {
-            let e = entries
-                .cast::<PyTuple>()
-                .map_err(|_| bad(format!("node {i}: entries must be a tuple or None")))?;
-            if kind != Kind::Custom || e.len() != arity {
+        if let Some(e) = &item.entries {
+            if kind != Kind::Custom || e.bind(py).len() != arity {
                 return Err(bad(format!("node {i}: entries do not fit the node")));
             }
-            node_entries = Some(e.clone().unbind());
         }
         if arity > pending.len() {
             return Err(bad(format!(
@@ -219,7 +437,7 @@ pub fn rebuild_treespec(state: &Bound<'_, PyAny>) -> PyResult<PyTreeSpec> {
         }
         let mut node = Node::bare(kind, arity, 0, 0);
         let mut registration = None;
-        node.set_entries(node_entries.take());
+        node.set_entries(item.entries.as_ref().map(|e| e.clone_ref(py)));
         let data_none = data.is_none();
         match kind {
             Kind::Leaf | Kind::None | Kind::Tuple | Kind::List => {

@@ -8,7 +8,7 @@ use pyo3::PyTraverseError;
 
 use super::{compare, keys, ops, pickle, proto, repr, traverse, unflatten, PyTreeSpec};
 use crate::errors::TreeError;
-use crate::face::Face;
+use crate::face::{Face, Given};
 use crate::kind::Kind;
 use crate::plugins::Plugin;
 
@@ -391,6 +391,44 @@ impl PyTreeSpec {
             CompareOp::Ge => ops::is_prefix(py, other, self, false)?,
         };
         Ok(result.into_pyobject(py)?.to_owned().into_any().unbind())
+    }
+
+    /// The treespec's nodes in post-order (children before their parent), as `_Node`s.
+    fn _nodes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        pickle::nodes(self, py)
+    }
+
+    /// The treespec of `nodes` (a tuple of `_Node`s in post-order), checked as a pickle's
+    /// state is: a ValueError names the first node that does not fit. The defaults: None is no
+    /// leaf, the global namespace, optree's face.
+    #[staticmethod]
+    #[pyo3(signature = (nodes, *, none_is_leaf = Given(None), namespace = Given(None), face = Given(None)))]
+    fn _from_nodes<'py>(
+        py: Python<'py>,
+        nodes: &Bound<'py, PyAny>,
+        none_is_leaf: Given<'py>,
+        namespace: Given<'py>,
+        face: Given<'py>,
+    ) -> PyResult<PyTreeSpec> {
+        let or = |v: Given<'py>, default: Bound<'py, PyAny>| v.0.unwrap_or(default);
+        pickle::from_nodes(
+            nodes,
+            &or(
+                none_is_leaf,
+                pyo3::types::PyBool::new(py, false).to_owned().into_any(),
+            ),
+            &or(namespace, pyo3::types::PyString::new(py, "").into_any()),
+            &or(
+                face,
+                pyo3::types::PyString::new(py, Face::Optree.name()).into_any(),
+            ),
+        )
+    }
+
+    /// Which library's semantics the treespec follows: "optree" or "jax".
+    #[getter]
+    fn _face(&self) -> &'static str {
+        self.face.name()
     }
 
     fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
