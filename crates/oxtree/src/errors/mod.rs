@@ -103,6 +103,11 @@ impl fmt::Display for TreeError {
                     "the {what} at {path} changed size while the tree was walked"
                 )
             }
+            TreeError::Unassigned { cls, name, kind } => write!(
+                f,
+                "{cls}.{name} ({kind}) was declared or registered but never assigned, so the \
+                 module cannot be flattened"
+            ),
             TreeError::Type(msg) | TreeError::Value(msg) | TreeError::Index(msg) => {
                 f.write_str(msg)
             }
@@ -204,6 +209,7 @@ impl From<TreeError> for PyErr {
             TreeError::FlattenShape { .. } => PyRuntimeError::new_err(msg),
             TreeError::Cycle { .. } | TreeError::TooDeep { .. } => PyRecursionError::new_err(msg),
             TreeError::Mutated { .. } => PyRuntimeError::new_err(msg),
+            TreeError::Unassigned { .. } => pyo3::exceptions::PyAttributeError::new_err(msg),
             TreeError::Type(_)
             | TreeError::NamespaceNotStr { .. }
             | TreeError::NotEntryType { .. }

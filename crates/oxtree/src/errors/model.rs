@@ -98,6 +98,13 @@ pub enum TreeError {
     TooDeep { path: String, limit: usize },
     /// A container changed size while it was being walked.
     Mutated { path: String, what: &'static str },
+    /// A Module attribute declared or registered with a kind but never assigned
+    /// (AttributeError): the module has no value to flatten there.
+    Unassigned {
+        cls: String,
+        name: String,
+        kind: String,
+    },
     /// A bad argument.
     Type(String),
     /// A bad value (of a pickled state, a composition...).

@@ -12,7 +12,6 @@
 
 use std::sync::OnceLock;
 
-use pyo3::exceptions::PyAttributeError;
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -263,10 +262,7 @@ fn unassigned(obj: &Bound<'_, PyAny>, def: &ModuleDef, i: usize) -> PyErr {
         .qualname()
         .map(|q| q.to_string())
         .unwrap_or_default();
-    PyAttributeError::new_err(format!(
-        "{cls}.{name} ({kind}) was declared or registered but never assigned, so the module \
-         cannot be flattened"
-    ))
+    TreeError::Unassigned { cls, name, kind }.into()
 }
 
 /// A Module of class `ty` rebuilt from its aux data and children, when `flatten` is the
