@@ -186,7 +186,7 @@ test-matrix:
 
 # The ops with targets against jax (benchmarks/bench_versions.py), oxtree and jax only; the
 # best of 21 short repeats, steadier than medians on a shared machine.
-BENCH_MATRIX_ARGS ?= --libs oxtree,jax --ops flatten,unflatten,leaves,structure,map1,map2 \
+BENCH_MATRIX_ARGS ?= --libs oxtree,jax --ops flatten,unflatten,leaves,structure,map1,map2,flatten_with_path \
 	--stat best --repeats 21 --target-ms 3
 bench-matrix:
 	BENCH_ARGS="$(BENCH_MATRIX_ARGS)" tools/matrix.sh bench
