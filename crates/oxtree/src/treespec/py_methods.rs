@@ -246,9 +246,10 @@ impl PyTreeSpec {
     /// The root's node data, as optree reports it (the keys of a dict, a namedtuple's type,
     /// a custom node's aux data, ...).
     fn node_data<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        match self.face {
-            Face::Optree => super::node_data::node_data(py, self.root()),
-            Face::Jax => super::node_data::jax_node_data(py, self.root()),
+        if self.face.rules().jax_forms {
+            super::node_data::jax_node_data(py, self.root())
+        } else {
+            super::node_data::node_data(py, self.root())
         }
     }
 
@@ -283,20 +284,21 @@ impl PyTreeSpec {
         // JAX's positional form `walk(f_node, f_leaf, leaves)` lands in (a, f_node, f_leaf).
         let (b, c) = (f_node, f_leaf);
         let callable = |x: Option<&Bound<'py, PyAny>>| x.filter(|f| !f.is_none()).cloned();
-        let (leaves, f_node, f_leaf) = match self.face {
-            Face::Optree => (a, callable(b), callable(c)),
-            Face::Jax => {
-                let leaves = c.ok_or_else(|| {
-                    TreeError::Type("walk(f_node, f_leaf, leaves): the leaves are missing".into())
-                })?;
-                (leaves, callable(Some(a)), callable(b))
-            }
+        let jax_forms = self.face.rules().jax_forms;
+        let (leaves, f_node, f_leaf) = if jax_forms {
+            let leaves = c.ok_or_else(|| {
+                TreeError::Type("walk(f_node, f_leaf, leaves): the leaves are missing".into())
+            })?;
+            (leaves, callable(Some(a)), callable(b))
+        } else {
+            (a, callable(b), callable(c))
         };
         let (py, leaves) = unflatten::collect_leaves(leaves)?;
         let (f_node, f_leaf) = (f_node.as_ref(), f_leaf.as_ref());
-        let visit = match self.face {
-            Face::Optree => unflatten::Visit::Walk { f_node, f_leaf },
-            Face::Jax => unflatten::Visit::JaxWalk { f_node, f_leaf },
+        let visit = if jax_forms {
+            unflatten::Visit::JaxWalk { f_node, f_leaf }
+        } else {
+            unflatten::Visit::Walk { f_node, f_leaf }
         };
         unflatten::build_with(py, self, leaves, &visit)
     }
