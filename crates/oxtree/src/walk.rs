@@ -197,9 +197,7 @@ fn flatten_rests<'py>(
             {
                 let errors = crate::prefix::prefix_errors(tree, &rest, opts, reg)?;
                 return Err(match errors.first() {
-                    Some(first) => {
-                        TreeError::Prefix(first.render(&format!("{caller} tree"))).into()
-                    }
+                    Some(first) => first.named(&format!("{caller} tree")).into(),
                     None => err,
                 });
             }
