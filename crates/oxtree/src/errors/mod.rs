@@ -18,7 +18,7 @@ mod optree_words;
 pub use jax_words::set_jax_version;
 pub use model::{
     repr, short_repr, str_of, type_name, Expected, FlattenFault, Mismatch, PrefixDiff,
-    PrefixMismatch, SpecMismatch, TreeError,
+    PrefixMismatch, SpecMismatch, TransformFault, TreeError,
 };
 
 fn render_structure(
@@ -183,6 +183,7 @@ impl fmt::Display for TreeError {
             | TreeError::NotTupleClass { .. }
             | TreeError::FlattenShape { .. }
             | TreeError::NamedTupleFields { .. }
+            | TreeError::TransformResult { .. }
             | TreeError::TransposeNoLeaves { .. } => f.write_str(&optree_words::message(self)),
             TreeError::JaxFlattenResult { .. }
             | TreeError::MetadataEquality { .. }
@@ -191,6 +192,11 @@ impl fmt::Display for TreeError {
             TreeError::NotCallable { what, type_name } => {
                 write!(f, "{what} must be callable, got {type_name}")
             }
+            TreeError::ExpectsArgument {
+                function,
+                expected,
+                got,
+            } => write!(f, "{function} expects {expected}, got {got}"),
             TreeError::NotAClass { got } => write!(f, "Expected a class, got {got}."),
             TreeError::InitNames { expected, got } => write!(
                 f,
@@ -253,6 +259,10 @@ impl From<TreeError> for PyErr {
     fn from(err: TreeError) -> PyErr {
         let msg = err.to_string();
         match err {
+            TreeError::TransformResult {
+                fault: TransformFault::NotASpec { .. },
+                ..
+            } => PyTypeError::new_err(msg),
             TreeError::Structure { .. }
             | TreeError::SpecStructure { .. }
             | TreeError::LeafCount { .. }
@@ -267,6 +277,7 @@ impl From<TreeError> for PyErr {
             | TreeError::GraphDefState(_)
             | TreeError::NamedTupleFields { .. }
             | TreeError::TransposeNoLeaves { .. }
+            | TreeError::TransformResult { .. }
             | TreeError::Prefix { .. } => PyValueError::new_err(msg),
             TreeError::FlattenShape { .. } => PyRuntimeError::new_err(msg),
             TreeError::Cycle { .. } | TreeError::TooDeep { .. } => PyRecursionError::new_err(msg),
@@ -275,6 +286,7 @@ impl From<TreeError> for PyErr {
             | TreeError::NamespaceNotStr { .. }
             | TreeError::NotEntryType { .. }
             | TreeError::NotCallable { .. }
+            | TreeError::ExpectsArgument { .. }
             | TreeError::NotAClass { .. }
             | TreeError::NotTupleClass { .. }
             | TreeError::JaxDescription { .. }

@@ -126,8 +126,15 @@ pub enum TreeError {
     },
     /// `path_entry_type` is no subclass of `PyTreeEntry` (TypeError).
     NotEntryType { got: String },
-    /// A registration function is not callable (TypeError).
+    /// A function argument is not callable (TypeError).
     NotCallable { what: String, type_name: String },
+    /// A function was given an argument of the wrong type (TypeError): `function` expects
+    /// `expected` (`a treespec as its first argument`), got an object of type `got`.
+    ExpectsArgument {
+        function: &'static str,
+        expected: &'static str,
+        got: String,
+    },
     /// A registration was given something that is no class (TypeError).
     NotAClass { got: String },
     /// `init_names` does not name every data and meta field.
@@ -186,6 +193,10 @@ pub enum TreeError {
     },
     /// `unflatten`'s leaves are not iterable (TypeError). `type_name`: what they were.
     LeavesNotIterable { type_name: String },
+
+    /// A function given to `PyTreeSpec.transform` returned something it may not (optree's
+    /// words; `got`: what it returned, shown).
+    TransformResult { fault: TransformFault, got: String },
 
     // Algebra.
     /// `tree_reduce` of a tree without leaves and no initial value (TypeError, functools'
@@ -248,6 +259,22 @@ pub enum FlattenFault {
     Length(usize),
     /// Children and entries differ in number.
     EntriesCount { children: usize, entries: usize },
+}
+
+/// What a `PyTreeSpec.transform` function returned wrong. `input`: the treespec it was
+/// given, shown.
+#[derive(Debug)]
+pub enum TransformFault {
+    /// No PyTreeSpec (TypeError).
+    NotASpec { input: String },
+    /// A treespec with the other `none_is_leaf` (the input's: `none_is_leaf`).
+    NoneIsLeaf { none_is_leaf: bool, input: String },
+    /// A treespec of another namespace than `expected` (`got` shows its namespace).
+    Namespace { expected: String },
+    /// A node's treespec with another number of leaves than the node's `arity`.
+    Arity { arity: usize, input: String },
+    /// A node's treespec that is more than one level deep.
+    NotOneLevel { input: String },
 }
 
 /// `repr(obj)`, or `<T object>` when its `__repr__` fails.

@@ -5,7 +5,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use super::model::{
-    repr, repr_of, Expected, FlattenFault, Mismatch, PrefixDiff, SpecMismatch, TreeError,
+    repr, repr_of, Expected, FlattenFault, Mismatch, PrefixDiff, SpecMismatch, TransformFault,
+    TreeError,
 };
 use crate::kind::Kind;
 
@@ -270,6 +271,34 @@ pub(super) fn message(err: &TreeError) -> String {
              ({arity}) of the treespec node. The `_fields` attribute may have been modified \
              after the treespec was created."
         ),
+        TreeError::TransformResult { fault, got } => {
+            let expected = "Expected the PyTreeSpec transform function returns";
+            match fault {
+                TransformFault::NotASpec { input } => {
+                    format!("{expected} a PyTreeSpec, got {got} (input: {input}).")
+                }
+                TransformFault::NoneIsLeaf {
+                    none_is_leaf,
+                    input,
+                } => format!(
+                    "{expected} a PyTreeSpec with the same value of `none_is_leaf={}` as the \
+                     input, got {got} (input: {input}).",
+                    if *none_is_leaf { "True" } else { "False" }
+                ),
+                TransformFault::Namespace {
+                    expected: namespace,
+                } => {
+                    format!("{expected} a PyTreeSpec with namespace {namespace}, got {got}.")
+                }
+                TransformFault::Arity { arity, input } => format!(
+                    "{expected} a PyTreeSpec with the same number of arity as the input \
+                     ({arity}), got {got} (input: {input})."
+                ),
+                TransformFault::NotOneLevel { input } => {
+                    format!("{expected} a one-level PyTreeSpec as the input, got {got} (input: {input}).")
+                }
+            }
+        }
         TreeError::TransposeNoLeaves { which, spec } => {
             format!("The {which} structure must have at least one leaf. Got: {spec}.")
         }
