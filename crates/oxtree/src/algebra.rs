@@ -351,7 +351,7 @@ fn jax_prefix_error<'py>(
     };
     let errors = crate::prefix::prefix_errors(prefix_tree, full_tree, &plain, reg)?;
     Ok(match errors.first() {
-        Some(first) => TreeError::Prefix(first.render("broadcast_prefix prefix_tree")).into(),
+        Some(first) => first.named("broadcast_prefix prefix_tree").into(),
         None => err,
     })
 }

@@ -441,12 +441,13 @@ pub fn graph_unflatten<'py>(
     leaves: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = graphdef.py();
-    let gd = graphdef.cast::<GraphDef>().map_err(|_| {
-        TreeError::Type(format!(
-            "graph_unflatten expects a GraphDef as its first argument, got {}",
-            type_name(graphdef)
-        ))
-    })?;
+    let gd = graphdef
+        .cast::<GraphDef>()
+        .map_err(|_| TreeError::ExpectsArgument {
+            function: "graph_unflatten",
+            expected: "a GraphDef as its first argument",
+            got: type_name(graphdef),
+        })?;
     let gd = gd.get();
     let (_, leaves) = crate::treespec::unflatten::collect_leaves(leaves)?;
     let expected = gd.num_leaves(py);

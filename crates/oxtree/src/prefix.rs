@@ -6,8 +6,11 @@
 //! caller wants the errors, or after a multi-tree walk has already failed.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PySet, PyString, PyTuple, PyType};
+use std::sync::Arc;
 
+use pyo3::types::{PyList, PySet, PyTuple, PyType};
+
+use crate::errors::{PrefixDiff, PrefixMismatch, TreeError};
 use crate::face::options::Options;
 use crate::face::Words;
 use crate::invariant::Invariant;
@@ -16,39 +19,20 @@ use crate::registry::Registry;
 use crate::treespec::flatten::{self, Flat};
 use crate::treespec::Node;
 
-/// A message with holes where the caller's name for the prefix tree goes (`in_axes`).
-#[derive(Default)]
-struct Message {
-    parts: Vec<String>,
-    cur: String,
-}
-
-impl Message {
-    fn text(mut self, s: &str) -> Self {
-        self.cur.push_str(s);
-        self
-    }
-    fn name(mut self) -> Self {
-        self.parts.push(std::mem::take(&mut self.cur));
-        self
-    }
-    fn done(mut self) -> PrefixError {
-        self.parts.push(self.cur);
-        PrefixError { parts: self.parts }
-    }
-}
-
 /// One structure error of `prefix_errors`: call it with the prefix tree's name to get the
 /// ValueError describing where and how the trees differ.
 #[pyclass(frozen, module = "oxtree", name = "PrefixError")]
 pub struct PrefixError {
-    parts: Vec<String>,
+    mismatch: Arc<PrefixMismatch>,
 }
 
 impl PrefixError {
-    /// The message with `name` as the prefix tree's name.
-    pub fn render(&self, name: &str) -> String {
-        self.parts.join(name)
+    /// The catalogue's error, with `name` as the prefix tree's name.
+    pub fn named(&self, name: &str) -> TreeError {
+        TreeError::Prefix {
+            name: name.to_owned(),
+            mismatch: Arc::clone(&self.mismatch),
+        }
     }
 }
 
@@ -56,13 +40,14 @@ impl PrefixError {
 impl PrefixError {
     /// The ValueError for the prefix tree called `name`.
     fn __call__(&self, py: Python<'_>, name: &str) -> Py<PyAny> {
-        PyErr::from(crate::errors::TreeError::Prefix(self.render(name)))
-            .into_value(py)
-            .into_any()
+        PyErr::from(self.named(name)).into_value(py).into_any()
     }
 
-    fn __repr__(&self) -> String {
-        format!("<PrefixError: {:?}>", self.render("tree"))
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "<PrefixError: {:?}>",
+            self.mismatch.render(py, "tree")?
+        ))
     }
 }
 
@@ -88,12 +73,6 @@ impl<'py> Level<'py> {
     }
 }
 
-fn str_of(obj: &Bound<'_, PyAny>) -> String {
-    obj.str()
-        .map(|s| s.to_string())
-        .unwrap_or_else(|_| crate::errors::repr(obj))
-}
-
 fn is_std_dict(py: Python<'_>, ty: &Bound<'_, PyType>) -> bool {
     let c = crate::types::collections(py);
     ty.is(py.get_type::<pyo3::types::PyDict>()) || ty.is(&c.ordered_dict) || ty.is(&c.default_dict)
@@ -114,30 +93,9 @@ fn jax_meta<'py>(py: Python<'py>, node: &Node) -> PyResult<Bound<'py, PyAny>> {
     Ok(meta)
 }
 
-/// `textwrap.indent("\n".join(difflib.ndiff(a.splitlines(), b.splitlines())), "    ")`.
-fn ndiff(py: Python<'_>, a: &str, b: &str) -> PyResult<String> {
-    let lines =
-        |s: &str| -> PyResult<Bound<'_, PyAny>> { PyString::new(py, s).call_method0("splitlines") };
-    let diff = py
-        .import("difflib")?
-        .call_method1("ndiff", (lines(a)?, lines(b)?))?;
-    let joined = PyString::new(py, "\n").call_method1("join", (diff,))?;
-    Ok(py
-        .import("textwrap")?
-        .call_method1("indent", (joined, "    "))?
-        .to_string())
-}
-
 /// The child keys of a JAX-face node, as JAX prints them (`str(key.key)`).
 fn jax_key_strs<'py>(py: Python<'py>, node: &Node) -> PyResult<Vec<Bound<'py, PyAny>>> {
     crate::treespec::keys::node_keys(py, node, crate::treespec::keys::KeyStyle::Keys)
-}
-
-fn key_text(key: &Bound<'_, PyAny>) -> String {
-    match key.getattr("key") {
-        Ok(k) => str_of(&k),
-        Err(_) => str_of(key),
-    }
 }
 
 /// Every place where `prefix` is not a prefix of `full`, left to right.
@@ -184,131 +142,60 @@ pub fn prefix_errors<'py>(
         if pn.kind == Kind::Leaf {
             continue;
         }
-        // Where the error is, as `NAME[0]['a']` (optree: `NAME tree root` at the root). Built
-        // only for an error: a path per node would make deep trees quadratic.
-        let at_path = |m: Message| -> Message {
-            let m = m.name();
-            let path = path_of(&trail, at);
-            if face.words() == Words::Optree && path.is_empty() {
-                m.text(" tree root")
-            } else {
-                m.text(&path)
-            }
-        };
+        // The mismatch at this node. Its key path is built only for an error: a path per node
+        // would make deep trees quadratic.
         let (pt, ft) = (p.get_type(), f.get_type());
-        let (pt_repr, ft_repr) = (
-            crate::errors::repr(pt.as_any()),
-            crate::errors::repr(ft.as_any()),
-        );
+        let mut found = |diff: PrefixDiff| {
+            errors.push(PrefixError {
+                mismatch: Arc::new(PrefixMismatch {
+                    face,
+                    path: path_of(&trail, at),
+                    prefix_type: pt.clone().unbind(),
+                    diff,
+                }),
+            })
+        };
         let both_std_dict =
             !face.rules().mappings_match_exactly && is_std_dict(py, &pt) && is_std_dict(py, &ft);
         if !pt.is(&ft) && !both_std_dict {
-            let m = at_path(
-                Message::default()
-                    .text("pytree structure error: different types at key path\n    "),
-            )
-            .text("\nAt that key path, the prefix pytree ")
-            .name()
-            .text(&format!(
-                " has a subtree of type\n    {pt_repr}\nbut at the same key path the full \
-                 pytree has a subtree of different type\n    {ft_repr}."
-            ));
-            errors.push(m.done());
+            found(PrefixDiff::NodeKindDiffers {
+                full_type: ft.unbind(),
+            });
             continue;
         }
         let fl = Level::of(&f, &one, reg)?;
         let fn_ = fl.root()?;
         let mut full_children: Vec<Bound<'py, PyAny>> = fl.children().to_vec();
-        let header = |what: &str| {
-            at_path(
-                Message::default()
-                    .text(&format!("pytree structure error: {what} at key path\n    ")),
-            )
-            .text("\nAt that key path, the prefix pytree ")
-            .name()
-        };
         let (np, nf) = (pl.children().len(), full_children.len());
-        // Each peer compares a level in its own way and words it in its own texts.
+        // Each peer compares a level in its own way.
         match face.words() {
             Words::Jax => {
-                if pt.is_subclass_of::<PyList>()? || pt.is_subclass_of::<PyTuple>()? {
-                    if np != nf {
-                        let name = pt.name()?.to_string();
-                        let m = header(&format!("different lengths of {name}")).text(&format!(
-                            " has a subtree of type {name} of length {np}, but the full pytree \
-                             has a subtree of the same type but of length {nf}."
-                        ));
-                        errors.push(m.done());
-                        continue;
+                if np != nf {
+                    if pt.is_subclass_of::<PyList>()? || pt.is_subclass_of::<PyTuple>()? {
+                        found(PrefixDiff::LengthDiffers {
+                            prefix: np,
+                            full: nf,
+                        });
+                    } else {
+                        let keys = |n: &Node| -> PyResult<Vec<Py<PyAny>>> {
+                            Ok(jax_key_strs(py, n)?
+                                .into_iter()
+                                .map(Bound::unbind)
+                                .collect())
+                        };
+                        found(PrefixDiff::ChildKeysDiffer {
+                            prefix: keys(pn)?,
+                            full: keys(fn_)?,
+                        });
                     }
-                } else if np != nf {
-                    let pk = jax_key_strs(py, pn)?;
-                    let fk = jax_key_strs(py, fn_)?;
-                    let objects = crate::errors::prints_key_objects();
-                    let text = |k: &Bound<'_, PyAny>| {
-                        if objects {
-                            str_of(k)
-                        } else {
-                            key_text(k)
-                        }
-                    };
-                    let join =
-                        |ks: &[Bound<'_, PyAny>]| ks.iter().map(text).collect::<Vec<_>>().join(" ");
-                    // JAX's key objects hash as their keys: a set of the keys iterates in
-                    // the order JAX's set of key objects does. Each key of the difference
-                    // is printed as the keys are above.
-                    let raw =
-                        |k: &Bound<'py, PyAny>| k.getattr("key").unwrap_or_else(|_| k.clone());
-                    let diff = (|| -> PyResult<String> {
-                        let shown = PyDict::new(py);
-                        for k in pk.iter().chain(fk.iter()) {
-                            shown.set_item(raw(k), text(k))?;
-                        }
-                        let a = PySet::new(py, pk.iter().map(raw))?;
-                        let b = PySet::new(py, fk.iter().map(raw))?;
-                        let d = a.call_method1("symmetric_difference", (b,))?;
-                        let d: Vec<String> = d
-                            .try_iter()?
-                            .map(|k| {
-                                let k = k?;
-                                match shown.get_item(&k)? {
-                                    Some(t) => t.extract::<String>(),
-                                    None => Ok(str_of(&k)),
-                                }
-                            })
-                            .collect::<PyResult<_>>()?;
-                        Ok(d.join(" "))
-                    })();
-                    let mut text = format!(
-                        " has a subtree of type\n    {pt_repr}\nwith {np} child keys\n    {}\n\
-                         but at the same key path the full pytree has a subtree of the same \
-                         type but with {nf} child keys\n    {}\n",
-                        join(&pk),
-                        join(&fk)
-                    );
-                    if let Ok(d) = diff {
-                        text.push_str(&format!(
-                            "so the symmetric difference on key sets is\n    {d}"
-                        ));
-                    }
-                    errors.push(
-                        header("different numbers of pytree children")
-                            .text(&text)
-                            .done(),
-                    );
                     continue;
                 }
                 let (pm, fm) = (jax_meta(py, pn)?, jax_meta(py, fn_)?);
                 if pm.ne(&fm)? {
-                    let (ps, fs) = (str_of(&pm), str_of(&fm));
-                    let m = header("different pytree metadata").text(&format!(
-                        " has a subtree of type\n    {pt_repr}\nwith metadata\n    {ps}\nbut at \
-                         the same key path the full pytree has a subtree of the same type but \
-                         with metadata\n    {fs}\nso the diff in the metadata at these pytree \
-                         nodes is\n{}",
-                        ndiff(py, &ps, &fs)?
-                    ));
-                    errors.push(m.done());
+                    found(PrefixDiff::MetadataDiffers {
+                        prefix: pm.unbind(),
+                        full: fm.unbind(),
+                    });
                     continue;
                 }
             }
@@ -319,33 +206,12 @@ pub fn prefix_errors<'py>(
                         Ok(k.bind(py).get_slice(0, k.bind(py).len()))
                     };
                     let (pk, fk) = (keys_of(pn)?, keys_of(fn_)?);
-                    let (ps, fs) = (PySet::new(py, &pk)?, PySet::new(py, &fk)?);
-                    if !ps.eq(&fs)? {
-                        let missing = crate::errors::key_difference(&pk, &fk)?;
-                        let extra = crate::errors::key_difference(&fk, &pk)?;
-                        let mut diff = String::new();
-                        if !missing.is_empty() {
-                            diff.push_str(&format!(
-                                "\nmissing key(s):\n    {}",
-                                crate::errors::repr(missing.as_any())
-                            ));
-                        }
-                        if !extra.is_empty() {
-                            diff.push_str(&format!(
-                                "\nextra key(s):\n    {}",
-                                crate::errors::repr(extra.as_any())
-                            ));
-                        }
-                        let m = header("different pytree keys").text(&format!(
-                            " has a subtree of type\n    {pt_repr}\nwith {} key(s)\n    {}\nbut \
-                             at the same key path the full pytree has a subtree of type\n    \
-                             {ft_repr}\nbut with {} key(s)\n    {}{diff}",
-                            pk.len(),
-                            crate::errors::repr(pk.as_any()),
-                            fk.len(),
-                            crate::errors::repr(fk.as_any()),
-                        ));
-                        errors.push(m.done());
+                    if !PySet::new(py, &pk)?.eq(PySet::new(py, &fk)?)? {
+                        found(PrefixDiff::KeysDiffer {
+                            full_type: ft.unbind(),
+                            prefix: pk.unbind(),
+                            full: fk.unbind(),
+                        });
                         continue;
                     }
                     // Pair the full tree's children with the prefix's by key.
@@ -353,12 +219,10 @@ pub fn prefix_errors<'py>(
                 }
                 let nf = full_children.len();
                 if np != nf {
-                    let m = header("different numbers of pytree children").text(&format!(
-                        " has a subtree of type\n    {pt_repr}\nwith {np} children, but at the \
-                         same key path the full pytree has a subtree of the same type but with \
-                         {nf} children."
-                    ));
-                    errors.push(m.done());
+                    found(PrefixDiff::ArityDiffers {
+                        prefix: np,
+                        full: nf,
+                    });
                     continue;
                 }
                 let both_deque = pn.kind == Kind::Deque && fn_.kind == Kind::Deque;
@@ -368,15 +232,10 @@ pub fn prefix_errors<'py>(
                         crate::treespec::node_data::node_data(py, fn_)?,
                     );
                     if pm.ne(&fm)? {
-                        let (ps, fs) = (crate::errors::repr(&pm), crate::errors::repr(&fm));
-                        let m = header("different pytree metadata").text(&format!(
-                            " has a subtree of type\n    {pt_repr}\nwith metadata\n    {ps}\n\
-                             but at the same key path the full pytree has a subtree of the same \
-                             type but with metadata\n    {fs}\nso the diff in the metadata at \
-                             these pytree nodes is\n{}",
-                            ndiff(py, &ps, &fs)?
-                        ));
-                        errors.push(m.done());
+                        found(PrefixDiff::MetadataDiffers {
+                            prefix: pm.unbind(),
+                            full: fm.unbind(),
+                        });
                         continue;
                     }
                 }

@@ -115,12 +115,13 @@ pub fn unflatten_impl<'py>(
     treespec: &Bound<'py, PyAny>,
     leaves: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let spec = treespec.cast::<PyTreeSpec>().map_err(|_| {
-        TreeError::Type(format!(
-            "tree_unflatten expects a treespec as its first argument, got {}",
-            type_name(treespec)
-        ))
-    })?;
+    let spec = treespec
+        .cast::<PyTreeSpec>()
+        .map_err(|_| TreeError::ExpectsArgument {
+            function: "tree_unflatten",
+            expected: "a treespec as its first argument",
+            got: type_name(treespec),
+        })?;
     crate::treespec::unflatten::unflatten_iterable(spec.get(), leaves)
 }
 
@@ -134,9 +135,11 @@ pub fn map_impl<'py>(
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
     let py = tree.py();
     if !func.is_callable() {
-        return Err(
-            TreeError::Type(format!("func must be callable, got {}", type_name(func))).into(),
-        );
+        return Err(TreeError::NotCallable {
+            what: "func".into(),
+            type_name: type_name(func),
+        }
+        .into());
     }
     check_is_leaf(opts.is_leaf)?;
     let flat = registry::with_registry(|reg| flatten::flatten_opts::<true, true>(tree, opts, reg))?;
@@ -197,9 +200,7 @@ fn flatten_rests<'py>(
             {
                 let errors = crate::prefix::prefix_errors(tree, &rest, opts, reg)?;
                 return Err(match errors.first() {
-                    Some(first) => {
-                        TreeError::Prefix(first.render(&format!("{caller} tree"))).into()
-                    }
+                    Some(first) => first.named(&format!("{caller} tree")).into(),
                     None => err,
                 });
             }
@@ -317,9 +318,11 @@ pub fn map_with_paths_impl<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = tree.py();
     if !func.is_callable() {
-        return Err(
-            TreeError::Type(format!("func must be callable, got {}", type_name(func))).into(),
-        );
+        return Err(TreeError::NotCallable {
+            what: "func".into(),
+            type_name: type_name(func),
+        }
+        .into());
     }
     let (paths, leaves, spec) = paths_impl(tree, opts, style)?;
     let others = registry::with_registry(|reg| {
@@ -508,10 +511,10 @@ pub fn set_matching_impl<'py>(
             .into())
         }
         (None, Some(f)) if !f.is_callable() => {
-            return Err(TreeError::Type(format!(
-                "tree_set_matching: func must be callable, got {}",
-                type_name(f)
-            ))
+            return Err(TreeError::NotCallable {
+                what: "tree_set_matching: func".into(),
+                type_name: type_name(f),
+            }
             .into())
         }
         _ => {}

@@ -4,9 +4,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyDict, PyList, PySet, PyType};
 
-use super::model::{repr, repr_of, Expected, Mismatch, TreeError};
+use super::model::{repr, repr_of, str_of, Expected, Mismatch, PrefixDiff, TreeError};
 use crate::kind::Kind;
 
 /// A tree against a treedef node (`flatten_up_to`), in jaxlib's words.
@@ -98,6 +98,97 @@ pub(super) fn structure(
     })
 }
 
+/// What JAX's `_prefix_error` alone reports (`ty`: the prefix subtree's type, `pt`: shown):
+/// the header's words and the text after the prefix tree's name.
+pub(super) fn prefix(
+    py: Python<'_>,
+    ty: &Py<PyType>,
+    pt: &str,
+    diff: &PrefixDiff,
+) -> PyResult<(String, String)> {
+    match diff {
+        PrefixDiff::LengthDiffers { prefix, full } => {
+            let name = ty.bind(py).name()?.to_string();
+            Ok((
+                format!("different lengths of {name}"),
+                format!(
+                    " has a subtree of type {name} of length {prefix}, but the full pytree has \
+                     a subtree of the same type but of length {full}."
+                ),
+            ))
+        }
+        PrefixDiff::ChildKeysDiffer { prefix, full } => Ok((
+            "different numbers of pytree children".into(),
+            child_keys(py, pt, prefix, full),
+        )),
+        other => Err(crate::internal!(
+            "JAX's words have no prefix error {other:?}"
+        )),
+    }
+}
+
+/// JAX's text for nodes with different numbers of children, listing each side's child keys
+/// and their symmetric difference.
+fn child_keys(py: Python<'_>, pt: &str, pk: &[Py<PyAny>], fk: &[Py<PyAny>]) -> String {
+    let objects = prints_key_objects();
+    let text = |k: &Bound<'_, PyAny>| {
+        if objects {
+            str_of(k)
+        } else {
+            match k.getattr("key") {
+                Ok(inner) => str_of(&inner),
+                Err(_) => str_of(k),
+            }
+        }
+    };
+    let join = |ks: &[Py<PyAny>]| {
+        ks.iter()
+            .map(|k| text(k.bind(py)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    // JAX's key objects hash as their keys: a set of the keys iterates in the order JAX's
+    // set of key objects does. Each key of the difference is printed as the keys are above.
+    let raw = |k: &Py<PyAny>| {
+        let k = k.bind(py);
+        k.getattr("key").unwrap_or_else(|_| k.clone())
+    };
+    let diff = (|| -> PyResult<String> {
+        let shown = PyDict::new(py);
+        for k in pk.iter().chain(fk.iter()) {
+            shown.set_item(raw(k), text(k.bind(py)))?;
+        }
+        let a = PySet::new(py, pk.iter().map(raw))?;
+        let b = PySet::new(py, fk.iter().map(raw))?;
+        let d = a.call_method1("symmetric_difference", (b,))?;
+        let d: Vec<String> = d
+            .try_iter()?
+            .map(|k| {
+                let k = k?;
+                match shown.get_item(&k)? {
+                    Some(t) => t.extract::<String>(),
+                    None => Ok(str_of(&k)),
+                }
+            })
+            .collect::<PyResult<_>>()?;
+        Ok(d.join(" "))
+    })();
+    let mut out = format!(
+        " has a subtree of type\n    {pt}\nwith {} child keys\n    {}\nbut at the same key \
+         path the full pytree has a subtree of the same type but with {} child keys\n    {}\n",
+        pk.len(),
+        join(pk),
+        fk.len(),
+        join(fk)
+    );
+    if let Ok(d) = diff {
+        out.push_str(&format!(
+            "so the symmetric difference on key sets is\n    {d}"
+        ));
+    }
+    out
+}
+
 /// `unflatten` with the wrong number of leaves.
 pub(super) fn leaf_count(expected: usize, got: usize) -> String {
     if got < expected {
@@ -150,6 +241,6 @@ pub fn set_jax_version(major: u32, minor: u32) {
 }
 
 /// Whether prefix errors show child keys as JAX's key objects (see [`set_jax_version`]).
-pub fn prints_key_objects() -> bool {
+fn prints_key_objects() -> bool {
     KEY_OBJECTS.load(Ordering::Relaxed)
 }

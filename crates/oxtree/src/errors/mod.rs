@@ -15,11 +15,11 @@ mod jax_words;
 mod model;
 mod optree_words;
 
-pub use jax_words::{prints_key_objects, set_jax_version};
+pub use jax_words::set_jax_version;
 pub use model::{
-    repr, short_repr, type_name, Expected, FlattenFault, Mismatch, SpecMismatch, TreeError,
+    repr, short_repr, str_of, type_name, Expected, FlattenFault, Mismatch, PrefixDiff,
+    PrefixMismatch, SpecMismatch, TransformFault, TreeError,
 };
-pub use optree_words::key_difference;
 
 fn render_structure(
     py: Python<'_>,
@@ -31,6 +31,71 @@ fn render_structure(
     match face.words() {
         Words::Optree => optree_words::structure(py, e, mismatch, found),
         Words::Jax => jax_words::structure(py, e, mismatch, found),
+    }
+}
+
+/// `textwrap.indent("\n".join(difflib.ndiff(a.splitlines(), b.splitlines())), "    ")`.
+fn ndiff(py: Python<'_>, a: &str, b: &str) -> PyResult<String> {
+    use pyo3::types::PyString;
+    let lines =
+        |s: &str| -> PyResult<Bound<'_, PyAny>> { PyString::new(py, s).call_method0("splitlines") };
+    let diff = py
+        .import("difflib")?
+        .call_method1("ndiff", (lines(a)?, lines(b)?))?;
+    let joined = PyString::new(py, "\n").call_method1("join", (diff,))?;
+    Ok(py
+        .import("textwrap")?
+        .call_method1("indent", (joined, "    "))?
+        .to_string())
+}
+
+impl PrefixMismatch {
+    /// The message, with `name` as the prefix tree's name. Both peers share its frame and
+    /// their texts for different types and metadata; the rest is each face's own.
+    #[cold]
+    pub fn render(&self, py: Python<'_>, name: &str) -> PyResult<String> {
+        let words = self.face.words();
+        let path = match words {
+            Words::Optree if self.path.is_empty() => " tree root",
+            _ => &self.path,
+        };
+        let pt = repr(self.prefix_type.bind(py).as_any());
+        let (what, body) = match &self.diff {
+            PrefixDiff::NodeKindDiffers { full_type } => (
+                "different types".to_owned(),
+                format!(
+                    " has a subtree of type\n    {pt}\nbut at the same key path the full \
+                     pytree has a subtree of different type\n    {}.",
+                    repr(full_type.bind(py).as_any())
+                ),
+            ),
+            PrefixDiff::MetadataDiffers { prefix, full } => {
+                // optree shows the node data's repr, JAX the metadata's str.
+                let show = |o: &Py<PyAny>| match words {
+                    Words::Optree => repr(o.bind(py)),
+                    Words::Jax => str_of(o.bind(py)),
+                };
+                let (ps, fs) = (show(prefix), show(full));
+                (
+                    "different pytree metadata".to_owned(),
+                    format!(
+                        " has a subtree of type\n    {pt}\nwith metadata\n    {ps}\nbut at \
+                         the same key path the full pytree has a subtree of the same type but \
+                         with metadata\n    {fs}\nso the diff in the metadata at these pytree \
+                         nodes is\n{}",
+                        ndiff(py, &ps, &fs)?
+                    ),
+                )
+            }
+            diff => match words {
+                Words::Optree => optree_words::prefix(py, &pt, diff)?,
+                Words::Jax => jax_words::prefix(py, &self.prefix_type, &pt, diff)?,
+            },
+        };
+        Ok(format!(
+            "pytree structure error: {what} at key path\n    {name}{path}\nAt that key path, \
+             the prefix pytree {name}{body}"
+        ))
     }
 }
 
@@ -63,6 +128,9 @@ impl TreeError {
                 Ok(text) => with_path(text, path),
                 Err(e) => format!("treespec structure mismatch ({e})"),
             },
+            TreeError::Prefix { name, mismatch } => mismatch
+                .render(py, name)
+                .unwrap_or_else(|e| format!("pytree structure error ({e})")),
             _ => self.to_string(),
         }
     }
@@ -72,9 +140,9 @@ impl fmt::Display for TreeError {
     #[cold]
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TreeError::Structure { .. } | TreeError::SpecStructure { .. } => {
-                f.write_str(&Python::attach(|py| self.message(py)))
-            }
+            TreeError::Structure { .. }
+            | TreeError::SpecStructure { .. }
+            | TreeError::Prefix { .. } => f.write_str(&Python::attach(|py| self.message(py))),
             TreeError::LeafCount {
                 face,
                 what,
@@ -120,6 +188,7 @@ impl fmt::Display for TreeError {
             | TreeError::NotTupleClass { .. }
             | TreeError::FlattenShape { .. }
             | TreeError::NamedTupleFields { .. }
+            | TreeError::TransformResult { .. }
             | TreeError::TransposeNoLeaves { .. } => f.write_str(&optree_words::message(self)),
             TreeError::JaxFlattenResult { .. }
             | TreeError::MetadataEquality { .. }
@@ -128,6 +197,11 @@ impl fmt::Display for TreeError {
             TreeError::NotCallable { what, type_name } => {
                 write!(f, "{what} must be callable, got {type_name}")
             }
+            TreeError::ExpectsArgument {
+                function,
+                expected,
+                got,
+            } => write!(f, "{function} expects {expected}, got {got}"),
             TreeError::NotAClass { got } => write!(f, "Expected a class, got {got}."),
             TreeError::InitNames { expected, got } => write!(
                 f,
@@ -171,7 +245,6 @@ impl fmt::Display for TreeError {
             TreeError::EmptyAssociativeReduce => {
                 f.write_str("Must specify identity for parallel reduction of empty sequence.")
             }
-            TreeError::Prefix(msg) => f.write_str(msg),
         }
     }
 }
@@ -191,6 +264,10 @@ impl From<TreeError> for PyErr {
     fn from(err: TreeError) -> PyErr {
         let msg = err.to_string();
         match err {
+            TreeError::TransformResult {
+                fault: TransformFault::NotASpec { .. },
+                ..
+            } => PyTypeError::new_err(msg),
             TreeError::Structure { .. }
             | TreeError::SpecStructure { .. }
             | TreeError::LeafCount { .. }
@@ -205,7 +282,8 @@ impl From<TreeError> for PyErr {
             | TreeError::GraphDefState(_)
             | TreeError::NamedTupleFields { .. }
             | TreeError::TransposeNoLeaves { .. }
-            | TreeError::Prefix(_) => PyValueError::new_err(msg),
+            | TreeError::TransformResult { .. }
+            | TreeError::Prefix { .. } => PyValueError::new_err(msg),
             TreeError::FlattenShape { .. } => PyRuntimeError::new_err(msg),
             TreeError::Cycle { .. } | TreeError::TooDeep { .. } => PyRecursionError::new_err(msg),
             TreeError::Mutated { .. } => PyRuntimeError::new_err(msg),
@@ -214,6 +292,7 @@ impl From<TreeError> for PyErr {
             | TreeError::NamespaceNotStr { .. }
             | TreeError::NotEntryType { .. }
             | TreeError::NotCallable { .. }
+            | TreeError::ExpectsArgument { .. }
             | TreeError::NotAClass { .. }
             | TreeError::NotTupleClass { .. }
             | TreeError::JaxDescription { .. }

@@ -3,8 +3,10 @@
 //! `jax_words.rs`) stands above it, so that the files that raise (`dict_order.rs`, ...) need
 //! only this one.
 
+use std::sync::Arc;
+
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyList, PyType};
 
 use crate::face::Face;
 use crate::kind::Kind;
@@ -131,8 +133,15 @@ pub enum TreeError {
     },
     /// `path_entry_type` is no subclass of `PyTreeEntry` (TypeError).
     NotEntryType { got: String },
-    /// A registration function is not callable (TypeError).
+    /// A function argument is not callable (TypeError).
     NotCallable { what: String, type_name: String },
+    /// A function was given an argument of the wrong type (TypeError): `function` expects
+    /// `expected` (`a treespec as its first argument`), got an object of type `got`.
+    ExpectsArgument {
+        function: &'static str,
+        expected: &'static str,
+        got: String,
+    },
     /// A registration was given something that is no class (TypeError).
     NotAClass { got: String },
     /// `init_names` does not name every data and meta field.
@@ -192,6 +201,10 @@ pub enum TreeError {
     /// `unflatten`'s leaves are not iterable (TypeError). `type_name`: what they were.
     LeavesNotIterable { type_name: String },
 
+    /// A function given to `PyTreeSpec.transform` returned something it may not (optree's
+    /// words; `got`: what it returned, shown).
+    TransformResult { fault: TransformFault, got: String },
+
     // Algebra.
     /// `tree_reduce` of a tree without leaves and no initial value (TypeError, functools'
     /// words).
@@ -201,9 +214,49 @@ pub enum TreeError {
     /// optree's `tree_transpose_map` met a structure without leaves (`which`: `outer`,
     /// `inner`; `spec`: its repr).
     TransposeNoLeaves { which: &'static str, spec: String },
-    /// A prefix tree is no prefix of the full tree: a `PrefixError` rendered with the prefix
-    /// tree's name.
-    Prefix(String),
+    /// A prefix tree is no prefix of the full tree: the first `PrefixMismatch`, rendered
+    /// with the prefix tree's name (`in_axes`, `tree_map tree`).
+    Prefix {
+        name: String,
+        mismatch: Arc<PrefixMismatch>,
+    },
+}
+
+/// Where and how a prefix tree is no prefix of a full tree (`prefix_errors`): what the walk
+/// found, rendered later, with the name the caller gives the prefix tree, in `face`'s words.
+#[derive(Debug)]
+pub struct PrefixMismatch {
+    pub face: Face,
+    /// The key path below the prefix tree's name (`[0]['a']`); empty at the root.
+    pub path: String,
+    /// The type of the prefix tree's subtree there.
+    pub prefix_type: Py<PyType>,
+    pub diff: PrefixDiff,
+}
+
+/// How the two subtrees of a `PrefixMismatch` differ.
+#[derive(Debug)]
+pub enum PrefixDiff {
+    /// Subtrees of different types (`full_type`: the full tree's).
+    NodeKindDiffers { full_type: Py<PyType> },
+    /// JAX: a list or tuple of another length.
+    LengthDiffers { prefix: usize, full: usize },
+    /// JAX: a node with another number of children: each side's child keys (JAX's key
+    /// objects).
+    ChildKeysDiffer {
+        prefix: Vec<Py<PyAny>>,
+        full: Vec<Py<PyAny>>,
+    },
+    /// optree: mappings with different key sets, each in its node's order.
+    KeysDiffer {
+        full_type: Py<PyType>,
+        prefix: Py<PyList>,
+        full: Py<PyList>,
+    },
+    /// optree: a node with another number of children.
+    ArityDiffers { prefix: usize, full: usize },
+    /// The nodes' metadata differ (JAX's `flatten_one_level` metadata; optree's node data).
+    MetadataDiffers { prefix: Py<PyAny>, full: Py<PyAny> },
 }
 
 /// What a registered flatten function returned wrong, in optree's RuntimeError.
@@ -213,6 +266,22 @@ pub enum FlattenFault {
     Length(usize),
     /// Children and entries differ in number.
     EntriesCount { children: usize, entries: usize },
+}
+
+/// What a `PyTreeSpec.transform` function returned wrong. `input`: the treespec it was
+/// given, shown.
+#[derive(Debug)]
+pub enum TransformFault {
+    /// No PyTreeSpec (TypeError).
+    NotASpec { input: String },
+    /// A treespec with the other `none_is_leaf` (the input's: `none_is_leaf`).
+    NoneIsLeaf { none_is_leaf: bool, input: String },
+    /// A treespec of another namespace than `expected` (`got` shows its namespace).
+    Namespace { expected: String },
+    /// A node's treespec with another number of leaves than the node's `arity`.
+    Arity { arity: usize, input: String },
+    /// A node's treespec that is more than one level deep.
+    NotOneLevel { input: String },
 }
 
 /// `repr(obj)`, or `<T object>` when its `__repr__` fails.
@@ -243,6 +312,14 @@ pub fn short_repr(obj: &Bound<'_, PyAny>, limit: usize) -> String {
         let cut: String = text.chars().take(limit.saturating_sub(3)).collect();
         format!("{cut}...")
     }
+}
+
+/// `str(obj)`, or its `repr` when `__str__` fails.
+#[cold]
+pub fn str_of(obj: &Bound<'_, PyAny>) -> String {
+    obj.str()
+        .map(|s| s.to_string())
+        .unwrap_or_else(|_| repr(obj))
 }
 
 /// The `__name__` of an object's type.

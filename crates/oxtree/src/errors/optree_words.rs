@@ -4,7 +4,10 @@
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use super::model::{repr, repr_of, Expected, FlattenFault, Mismatch, SpecMismatch, TreeError};
+use super::model::{
+    repr, repr_of, Expected, FlattenFault, Mismatch, PrefixDiff, SpecMismatch, TransformFault,
+    TreeError,
+};
 use crate::kind::Kind;
 
 /// A tree against a treespec node (`flatten_up_to`), in optree's words.
@@ -177,6 +180,52 @@ pub(super) fn spec_structure(
     })
 }
 
+/// What optree's `prefix_errors` alone reports (`pt`: the prefix subtree's type, shown):
+/// the header's words and the text after the prefix tree's name.
+pub(super) fn prefix(py: Python<'_>, pt: &str, diff: &PrefixDiff) -> PyResult<(String, String)> {
+    match diff {
+        PrefixDiff::KeysDiffer {
+            full_type,
+            prefix,
+            full,
+        } => {
+            let (pk, fk) = (prefix.bind(py), full.bind(py));
+            let mut text = format!(
+                " has a subtree of type\n    {pt}\nwith {} key(s)\n    {}\nbut at the same \
+                 key path the full pytree has a subtree of type\n    {}\nbut with {} key(s)\n    \
+                 {}",
+                pk.len(),
+                repr(pk.as_any()),
+                repr(full_type.bind(py).as_any()),
+                fk.len(),
+                repr(fk.as_any()),
+            );
+            let missing = key_difference(pk, fk)?;
+            if !missing.is_empty() {
+                text.push_str(&format!(
+                    "\nmissing key(s):\n    {}",
+                    repr(missing.as_any())
+                ));
+            }
+            let extra = key_difference(fk, pk)?;
+            if !extra.is_empty() {
+                text.push_str(&format!("\nextra key(s):\n    {}", repr(extra.as_any())));
+            }
+            Ok(("different pytree keys".into(), text))
+        }
+        PrefixDiff::ArityDiffers { prefix, full } => Ok((
+            "different numbers of pytree children".into(),
+            format!(
+                " has a subtree of type\n    {pt}\nwith {prefix} children, but at the same key \
+                 path the full pytree has a subtree of the same type but with {full} children."
+            ),
+        )),
+        other => Err(crate::internal!(
+            "optree's words have no prefix error {other:?}"
+        )),
+    }
+}
+
 /// `unflatten` with the wrong number of leaves. `what`: PyTreeSpec, GraphDef.
 pub(super) fn leaf_count(what: &str, expected: usize, got: usize) -> String {
     if got < expected {
@@ -222,6 +271,34 @@ pub(super) fn message(err: &TreeError) -> String {
              ({arity}) of the treespec node. The `_fields` attribute may have been modified \
              after the treespec was created."
         ),
+        TreeError::TransformResult { fault, got } => {
+            let expected = "Expected the PyTreeSpec transform function returns";
+            match fault {
+                TransformFault::NotASpec { input } => {
+                    format!("{expected} a PyTreeSpec, got {got} (input: {input}).")
+                }
+                TransformFault::NoneIsLeaf {
+                    none_is_leaf,
+                    input,
+                } => format!(
+                    "{expected} a PyTreeSpec with the same value of `none_is_leaf={}` as the \
+                     input, got {got} (input: {input}).",
+                    if *none_is_leaf { "True" } else { "False" }
+                ),
+                TransformFault::Namespace {
+                    expected: namespace,
+                } => {
+                    format!("{expected} a PyTreeSpec with namespace {namespace}, got {got}.")
+                }
+                TransformFault::Arity { arity, input } => format!(
+                    "{expected} a PyTreeSpec with the same number of arity as the input \
+                     ({arity}), got {got} (input: {input})."
+                ),
+                TransformFault::NotOneLevel { input } => {
+                    format!("{expected} a one-level PyTreeSpec as the input, got {got} (input: {input}).")
+                }
+            }
+        }
         TreeError::TransposeNoLeaves { which, spec } => {
             format!("The {which} structure must have at least one leaf. Got: {spec}.")
         }
@@ -230,7 +307,7 @@ pub(super) fn message(err: &TreeError) -> String {
 }
 
 /// `a - b` as a sorted list (set difference; optree's missing and extra keys).
-pub fn key_difference<'py>(
+fn key_difference<'py>(
     a: &Bound<'py, PyList>,
     b: &Bound<'py, PyList>,
 ) -> PyResult<Bound<'py, PyList>> {

@@ -136,9 +136,10 @@ pub fn leaf_mask(pattern: &PathPattern, structure: &Bound<'_, PyAny>) -> PyResul
         }
         return Ok(out);
     }
-    Err(TreeError::Type(format!(
-        "_leaf_mask expects a treespec or a graphdef, got {}",
-        crate::errors::type_name(structure)
-    ))
+    Err(TreeError::ExpectsArgument {
+        function: "_leaf_mask",
+        expected: "a treespec or a graphdef",
+        got: crate::errors::type_name(structure),
+    }
     .into())
 }

@@ -4,7 +4,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use super::{compare, node_vec, Node, Nodes, PyTreeSpec};
-use crate::errors::{SpecMismatch, TreeError};
+use crate::errors::{SpecMismatch, TransformFault, TreeError};
 use crate::invariant::Invariant;
 use crate::kind::Kind;
 
@@ -398,7 +398,6 @@ pub fn transform(
     f_node: Option<&Bound<'_, PyAny>>,
     f_leaf: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyTreeSpec> {
-    const EXPECTED: &str = "Expected the PyTreeSpec transform function returns";
     // The input a function was given, for messages: the leaf or the node's one level.
     let input = |idx: usize| -> PyResult<String> {
         match one_level_at(py, spec, idx) {
@@ -410,11 +409,10 @@ pub fn transform(
         let out = f.call1((arg,))?;
         match out.cast_into::<PyTreeSpec>() {
             Ok(s) => Ok(s.unbind()),
-            Err(e) => Err(TreeError::Type(format!(
-                "{EXPECTED} a PyTreeSpec, got {} (input: {}).",
-                e.into_inner().repr()?,
-                input(idx)?
-            ))
+            Err(e) => Err(TreeError::TransformResult {
+                fault: TransformFault::NotASpec { input: input(idx)? },
+                got: e.into_inner().repr()?.to_string(),
+            }
             .into()),
         }
     };
@@ -431,22 +429,27 @@ pub fn transform(
     let mut face = spec.face;
     let mut check = |s: &PyTreeSpec, idx: usize| -> PyResult<()> {
         if s.none_is_leaf != spec.none_is_leaf {
-            return Err(TreeError::Value(format!(
-                "{EXPECTED} a PyTreeSpec with the same value of `none_is_leaf={}` as the input, \
-                 got {} (input: {}).",
-                if spec.none_is_leaf { "True" } else { "False" },
-                super::repr::repr(s, py)?,
-                input(idx)?
-            ))
+            return Err(TreeError::TransformResult {
+                fault: TransformFault::NoneIsLeaf {
+                    none_is_leaf: spec.none_is_leaf,
+                    input: input(idx)?,
+                },
+                got: super::repr::repr(s, py)?,
+            }
             .into());
         }
         if !s.namespace.is_empty() && s.namespace != namespace {
             if !namespace.is_empty() {
-                return Err(TreeError::Value(format!(
-                    "{EXPECTED} a PyTreeSpec with namespace {}, got {}.",
-                    pyo3::types::PyString::new(py, &namespace).repr()?,
-                    pyo3::types::PyString::new(py, &s.namespace).repr()?
-                ))
+                return Err(TreeError::TransformResult {
+                    fault: TransformFault::Namespace {
+                        expected: pyo3::types::PyString::new(py, &namespace)
+                            .repr()?
+                            .to_string(),
+                    },
+                    got: pyo3::types::PyString::new(py, &s.namespace)
+                        .repr()?
+                        .to_string(),
+                }
                 .into());
             }
             namespace.clone_from(&s.namespace);
@@ -477,21 +480,20 @@ pub fn transform(
         let s = shape.bind(py).get();
         check(s, idx)?;
         if s.num_leaves() != node.arity {
-            return Err(TreeError::Value(format!(
-                "{EXPECTED} a PyTreeSpec with the same number of arity as the input ({}), \
-                 got {} (input: {}).",
-                node.arity,
-                super::repr::repr(s, py)?,
-                input(idx)?
-            ))
+            return Err(TreeError::TransformResult {
+                fault: TransformFault::Arity {
+                    arity: node.arity,
+                    input: input(idx)?,
+                },
+                got: super::repr::repr(s, py)?,
+            }
             .into());
         }
         if s.nodes.len() != node.arity + 1 {
-            return Err(TreeError::Value(format!(
-                "{EXPECTED} a one-level PyTreeSpec as the input, got {} (input: {}).",
-                super::repr::repr(s, py)?,
-                input(idx)?
-            ))
+            return Err(TreeError::TransformResult {
+                fault: TransformFault::NotOneLevel { input: input(idx)? },
+                got: super::repr::repr(s, py)?,
+            }
             .into());
         }
         face = s.face;
