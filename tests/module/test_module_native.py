@@ -256,14 +256,11 @@ class _Record:
 
 
 class _Entry:
-    def __init__(self, kept: int | None = None) -> None:
+    def __init__(self) -> None:
         self.compiled: Any = {}
-        self.kept = kept
 
 
-def _core_jit(
-    known: dict[type, bool], classify: Any, kept: int | None = None, direct: Any = None
-) -> Any:
+def _core_jit(known: dict[type, bool], classify: Any, direct: Any = None) -> Any:
     """A `_FilterJitCore` subclass whose rare paths record what the core asks, and whose
     compiled function records its arguments and returns them with a `_Record`."""
     from oxtree._core import _FilterJitCore
@@ -275,7 +272,7 @@ def _core_jit(
 
         def _entry(self, graphdef: Any, types: Any, has_kwargs: bool) -> _Entry:
             self.log.append(("entry", graphdef, types, has_kwargs))
-            return _Entry(kept)
+            return _Entry()
 
         def _compiled(self, entry: _Entry, statics: Any) -> Any:
             self.log.append(("compiled", statics))
@@ -358,7 +355,7 @@ def test_filter_jit_core_splits_once() -> None:
     assert jit.log[1:] == [("compiled", ()), ("call", ())]
 
 
-def test_filter_jit_core_aliased_and_donated() -> None:
+def test_filter_jit_core_aliased_and_direct() -> None:
     a, b = object(), object()
     known: dict[type, bool] = {object: True, str: False}
     # One array object in two leaves: the aliased path gets the entry, the statics, the
@@ -369,10 +366,11 @@ def test_filter_jit_core_aliased_and_donated() -> None:
     assert gd == oxtree.graph_flatten(a, a, "s")[1]
     assert (what, statics, arrays, leaves) == ("aliased", ("s",), (a, a), [a, a, "s"])
     assert roots == (a, a, "s")
-    # With donation, the arrays come as two tuples: those kept, then the others.
-    jit = _core_jit(known, bool, kept=1)
+    # Distinct arrays go to the compiled function one argument each (donation and layouts
+    # are options of the compiled function, not a split of its arguments).
+    jit = _core_jit(known, bool)
     jit(a, b)
-    assert jit.log[-1] == ("call", ((a,), (b,)))
+    assert jit.log[-1] == ("call", (a, b))
     # A result with nothing to merge is rebuilt from the arrays by the graphdef it names.
     _, direct = oxtree.graph_flatten([a, b])
     jit = _core_jit(known, bool, direct=direct)

@@ -39,8 +39,6 @@ struct Last {
     entry: Py<PyAny>,
     /// `entry.compiled`: static leaves -> compiled function.
     compiled: Py<PyDict>,
-    /// `entry.kept`: with donation, how many arrays come first, kept (else None).
-    kept: Option<usize>,
 }
 
 /// The core of a function compiled by `oxtree.jax.filter_jit`: its warm call.
@@ -126,7 +124,7 @@ struct Split<'py> {
     aliased: bool,
 }
 
-/// The entry's cache and donation split, read once when it becomes the last entry.
+/// The entry's cache of compiled functions, read once when it becomes the last entry.
 fn last_of<'py>(
     graphdef: Bound<'py, GraphDef>,
     types: Bound<'py, PyTuple>,
@@ -141,14 +139,12 @@ fn last_of<'py>(
             type_name(e.into_inner().as_any())
         ))
     })?;
-    let kept: Option<usize> = entry.getattr(intern!(py, "kept"))?.extract()?;
     Ok(Last {
         graphdef: graphdef.unbind(),
         types: types.unbind(),
         has_kwargs,
         entry: entry.unbind(),
         compiled: compiled.unbind(),
-        kept,
     })
 }
 
@@ -236,14 +232,9 @@ impl FilterJitCore {
             Ok(Some(f)) => f,
             _ => slf.call_method1(intern!(py, "_compiled"), (entry, &s.statics))?,
         };
-        let result = match last.kept {
-            // One argument per array: JAX's C++ dispatch takes them without a tuple node.
-            None => compiled.call1(&s.arrays)?,
-            Some(k) => {
-                let n = s.arrays.len();
-                compiled.call1((s.arrays.get_slice(0, k), s.arrays.get_slice(k, n)))?
-            }
-        };
+        // One argument per array (donation and layouts are options of the compiled
+        // function): JAX's C++ dispatch takes them without a tuple node.
+        let result = compiled.call1(&s.arrays)?;
         // The compiled function returns `(arrays, _Out record)`.
         let (out_arrays, out) = result.extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>()?;
         let direct = out.getattr(intern!(py, "direct"))?;

@@ -33,7 +33,6 @@ class _Entry:
         "graphdef",
         "has_kwargs",
         "in_shardings",
-        "kept",
         "merge",
         "nargs",
         "static_at",
@@ -46,9 +45,8 @@ class _Entry:
         self.graphdef = graphdef
         self.has_kwargs = has_kwargs
         self.nargs = graphdef.num_roots - has_kwargs
-        # The arrays go to the compiled function one argument each (`kept` None: the core
-        # passes them so); the options say which are donated and how each is laid out.
-        self.kept: int | None = None
+        # The arrays go to the compiled function one argument each (the core passes them
+        # so); the options say which are donated and how each is laid out.
         paths = [self.as_args_kwargs(p) for p in graphdef.paths()]
         self.donated, self.in_shardings = options.plan(arrays, paths, _where, self.nargs)
         self.merge = _merger(arrays + statics)
