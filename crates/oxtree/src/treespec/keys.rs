@@ -1,7 +1,8 @@
 //! Key paths: the entries that lead from the root to each leaf, in three styles.
 //!
 //! Each node's child entries are made once and shared by every leaf below them; each leaf's
-//! path is one tuple. The walk is pre-order over the post-order nodes, with an explicit stack.
+//! path is one tuple. The walk goes once over the post-order nodes from the root (the last),
+//! with an explicit stack of the nodes still open.
 
 use std::cell::RefCell;
 use std::thread::LocalKey;
@@ -256,55 +257,42 @@ pub fn node_keys<'py>(
         .collect()
 }
 
-enum Task<'py> {
-    Enter(usize, Option<Bound<'py, PyAny>>),
-    Exit,
-}
-
 /// The path of every leaf of `spec`, left to right.
+///
+/// The nodes are in post-order, so walking them from the last (the root) to the first visits
+/// each node before its children and the children right to left: one pass over the node
+/// list, with a stack of the nodes still open (each with the count of its children still to
+/// come) beside the prefix of keys, and the paths made right to left.
 pub fn leaf_paths<'py>(
     spec: &PyTreeSpec,
     py: Python<'py>,
     style: KeyStyle,
 ) -> PyResult<Vec<Bound<'py, PyTuple>>> {
     let mut out = Vec::with_capacity(spec.num_leaves());
-    // On the native stack while small: growing both from empty was a tenth of the paths of a
+    // On the native stack while small: growing them from empty was a tenth of the paths of a
     // 3-leaf tuple, and allocating them up front a twentieth.
     let mut prefix: SmallVec<[Bound<'py, PyAny>; 16]> = SmallVec::new();
-    let mut tasks: SmallVec<[Task<'py>; 32]> = SmallVec::new();
-    tasks.push(Task::Enter(spec.nodes.len() - 1, None));
-    while let Some(task) = tasks.pop() {
-        let (idx, key) = match task {
-            Task::Exit => {
-                prefix.pop();
-                continue;
-            }
-            Task::Enter(idx, key) => (idx, key),
-        };
-        let has_key = key.is_some();
-        if let Some(k) = key {
-            prefix.push(k);
+    let mut open: SmallVec<[(usize, usize); 16]> = SmallVec::new();
+    for (idx, node) in spec.nodes.iter().enumerate().rev() {
+        if let Some((parent, left)) = open.last_mut() {
+            *left -= 1;
+            prefix.push(child_key(py, &spec.nodes[*parent], *left, style)?);
         }
-        let node = &spec.nodes[idx];
         if node.kind == Kind::Leaf {
             out.push(crate::ffi::tuple_from(py, prefix.iter().cloned())?);
         } else if node.arity > 0 {
-            if has_key {
-                tasks.push(Task::Exit);
-            }
-            // Children from the last (just before the node, in post-order) to the first, the
-            // order a stack wants them in: no vector of indices or keys per node.
-            let mut end = idx;
-            for j in (0..node.arity).rev() {
-                let child = end - 1;
-                tasks.push(Task::Enter(child, Some(child_key(py, node, j, style)?)));
-                end = child + 1 - spec.nodes[child].num_nodes;
-            }
+            open.push((idx, node.arity));
             continue;
         }
-        if has_key {
+        // The node is done: drop its key, and close each open node whose last child it was.
+        while let Some(&(_, left)) = open.last() {
             prefix.pop();
+            if left > 0 {
+                break;
+            }
+            open.pop();
         }
     }
+    out.reverse();
     Ok(out)
 }
