@@ -294,6 +294,7 @@ ModulelessZed = type("ModulelessZed", (Zed,), {"__module__": None})
 IntModuleZed = type("IntModuleZed", (Zed,), {})
 IntModuleZed.__module__ = 5
 
+
 def _str_keys_with_deleted_entries() -> dict[str, int]:
     """A dict whose table holds deleted entries between live ones."""
     d = {"d": 1, "x": 0, "b": 2, "y": 0, "a": 3}
