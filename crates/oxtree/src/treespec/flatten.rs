@@ -844,10 +844,8 @@ impl<
                 return false;
             }
         } else {
-            self.nodes.push_built(
-                || Node::bare(frame.kind, frame.arity, num_leaves, num_nodes),
-                |_| {},
-            );
+            self.nodes
+                .push(Node::bare(frame.kind, frame.arity, num_leaves, num_nodes));
         }
         true
     }
