@@ -844,8 +844,10 @@ impl<
                 return false;
             }
         } else {
-            self.nodes
-                .push(Node::bare(frame.kind, frame.arity, num_leaves, num_nodes));
+            self.nodes.push_built(
+                || Node::bare(frame.kind, frame.arity, num_leaves, num_nodes),
+                |_| {},
+            );
         }
         true
     }
