@@ -265,8 +265,9 @@ impl<N: Slot> Nodes<N> {
             return false;
         };
         node.set_counts(num_leaves, num_nodes);
-        let (holds, reg) = (!node.holds_nothing(), node.registration().0);
-        self.holds |= holds;
+        let reg = node.registration().0;
+        // A node moved here was filled elsewhere (a walk's payload): taken to hold something.
+        self.holds = true;
         if let Some(p) = reg {
             // `from` still holds the registration: the node just left it.
             self.keep_ptr(p);
