@@ -333,36 +333,26 @@ impl<
     fn walk(&mut self, root: &Bound<'py, PyAny>, stack: &mut Vec<Frame<'py>>) -> PyResult<()> {
         self.visit(root.clone(), stack)?;
         while let Some(top) = stack.last_mut() {
-            let child = match &mut top.items {
-                Items::Tuple(t) => {
-                    if top.pos < top.arity {
-                        // A tuple never changes: `pos` is below its length.
-                        Some(crate::ffi::tuple_item(t, top.pos).invariant("a tuple item")?)
-                    } else {
-                        None
+            // The end test first, then the kind: one branch the same for every kind of
+            // container, and the dispatch only for a child (a test in each arm mispredicted
+            // once a registered node, tuples inside a list, closed).
+            let child = if top.pos < top.arity {
+                Some(match &mut top.items {
+                    // A tuple never changes: `pos` is below its length.
+                    Items::Tuple(t) => {
+                        crate::ffi::tuple_item(t, top.pos).invariant("a tuple item")?
                     }
-                }
-                Items::List(l) => {
-                    if top.pos < top.arity {
-                        match crate::ffi::list_item(l, top.pos) {
-                            Some(item) => Some(item),
-                            None => return Err(self.mutated(stack)),
-                        }
-                    } else {
-                        None
-                    }
-                }
-                Items::Pending => {
-                    if top.pos < top.arity {
-                        Some(
-                            self.pending
-                                .pop()
-                                .invariant("a pending frame's children wait")?,
-                        )
-                    } else {
-                        None
-                    }
-                }
+                    Items::List(l) => match crate::ffi::list_item(l, top.pos) {
+                        Some(item) => item,
+                        None => return Err(self.mutated(stack)),
+                    },
+                    Items::Pending => self
+                        .pending
+                        .pop()
+                        .invariant("a pending frame's children wait")?,
+                })
+            } else {
+                None
             };
             match child {
                 Some(child) => {
