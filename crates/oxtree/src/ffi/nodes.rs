@@ -71,7 +71,8 @@ pub struct Nodes<N: Slot> {
     /// Whether some node may hold something to release: false, dropping frees the buffer
     /// without reading a node (a 100,000-leaf list's treespec was 6.4 MB read back node by
     /// node on every drop: 12 instructions a leaf, a third of its `tree_structure`).
-    /// Every way in keeps it: a node that enters is checked once it is complete.
+    /// Every way in keeps it: a node that enters is checked once it is complete, or (a
+    /// moved payload node, a registered node) taken to hold something.
     holds: bool,
 }
 
