@@ -56,8 +56,9 @@ pub fn dict_version(dict: &Bound<'_, PyDict>) -> Option<u64> {
     Some(unsafe { (*dict.as_ptr().cast::<DictObject>()).ma_version_tag })
 }
 
-/// The most items `dict_copy_with_values` fills.
-pub const MAX_TEMPLATE_KEYS: usize = 32;
+/// The most items `dict_copy_with_values` fills (its callers keep fewer templates of
+/// large dicts, see `treespec::dict_template`).
+pub const MAX_TEMPLATE_KEYS: usize = 1 << 17;
 
 /// A copy of `template` (an exact dict whose str keys are `keys[position(i)]` in storage
 /// order, each mapped to None) holding the values `stack[start..]` instead: the value for
