@@ -147,6 +147,22 @@ def test_large_dicts_past_the_thread_budget_rebuild_as_optree_does() -> None:
             _same_dict(spec.unflatten(values), optree.tree_unflatten(structure, values))
 
 
+@pytest.mark.parametrize("n", [33, 10_000])
+def test_large_dicts_with_the_same_keys_share_a_template_across_treespecs(n: int) -> None:
+    # Each flatten makes a new key list; a large dict's template is found by its keys, so a
+    # new treespec of the same keys (every tree_map's) and a dict of the same key objects in
+    # another order (its own template) both rebuild as optree does.
+    tree = {k: i for i, k in enumerate(_keys(n, shuffled=True))}
+    reordered = dict(sorted(tree.items()))
+    for _ in range(REBUILDS):
+        for t in (tree, reordered):
+            values = [object() for _ in t]
+            want = optree.tree_unflatten(optree.tree_structure(t), values)
+            _same_dict(oxtree.tree_structure(t).unflatten(values), want)
+            mapped = oxtree.tree_map(lambda v: v, t)
+            _same_dict(mapped, t)
+
+
 def test_non_str_and_mixed_keys_are_built_key_by_key() -> None:
     for tree in ({1: "a", 0: "b"}, {"a": 1, 2: "c"}, {(1,): 1, (0,): 2}):
         leaves, spec = oxtree.tree_flatten(tree)

@@ -46,8 +46,11 @@ const SLOTS: usize = 1024;
 const SORTED: u64 = u64::MAX;
 
 struct Template {
-    /// The node's key list (leaf order), held so its address is not reused.
-    keys: Py<PyList>,
+    /// The node's key list (leaf order), never read: held so that neither its address nor
+    /// its keys' addresses (what `identity` is made of) can be another object's.
+    _keys: Py<PyList>,
+    /// What the template is found by: `identity` of its key list.
+    identity: u64,
     order: u64,
     /// The insertion positions of a dict of more than 8 keys (`order` is only their hash).
     slice: Option<Box<[usize]>>,
@@ -109,9 +112,28 @@ pub fn copy_with_values<'py>(
         .map(|r| r.map(Bound::into_any))
 }
 
-/// The first slot of the pair where `keys` in `order` may sit (the other is the next one).
-fn pair_of(keys: &Bound<'_, PyList>, order: u64) -> usize {
-    let h = ((keys.as_ptr() as usize as u64) >> 4 ^ order).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+/// What a template for `keys` is found by. A small key list: its address (flatten shares one
+/// list among the dicts with the same small set of str keys). A larger one: a hash of its
+/// keys' addresses, so that every treespec of a dict with the same key objects in the same
+/// order finds it, each flatten's new list included (a `tree_map` over a 10,000-key dict
+/// rebuilt it key by key on every call). A hash that two key lists share finds a template
+/// whose keys are not this list's: the copy checks every key, and is then dropped.
+fn identity(keys: &Bound<'_, PyList>) -> u64 {
+    let n = keys.len();
+    if n <= SMALL_KEYS {
+        return keys.as_ptr() as usize as u64;
+    }
+    (0..n)
+        .filter_map(|i| crate::ffi::list_item_addr(keys, i))
+        .fold(n as u64, |h, a| {
+            (h ^ (a as u64 >> 4)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        })
+}
+
+/// The first slot of the pair where a key list of `identity` in `order` may sit (the other
+/// is the next one).
+fn pair_of(identity: u64, order: u64) -> usize {
+    let h = (identity >> 4 ^ order).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     (h >> (64 - SLOTS.trailing_zeros())) as usize & !1
 }
 
@@ -125,10 +147,10 @@ fn template_for<'py>(
     slice: Option<&[usize]>,
     position: &dyn Fn(usize) -> usize,
 ) -> PyResult<Option<Bound<'py, PyDict>>> {
-    let pair = pair_of(keys, order);
-    let is_this = |t: &&Template| {
-        t.keys.as_ptr() == keys.as_ptr() && t.order == order && t.slice.as_deref() == slice
-    };
+    let identity = identity(keys);
+    let pair = pair_of(identity, order);
+    let is_this =
+        |t: &&Template| t.identity == identity && t.order == order && t.slice.as_deref() == slice;
     // The slot that holds these keys in this order, else the one to fill: an empty one, else
     // one whose keys were seen only once, else the pair's second (the first keeps its place).
     let (slot, seen) = TEMPLATES.with(|t| {
@@ -168,7 +190,7 @@ fn template_for<'py>(
             });
             if all_str {
                 // First sight: remembered, built key by key this time.
-                keep(slot, keys, order, slice, None);
+                keep(slot, keys, identity, order, slice, None);
             }
             return Ok(None);
         }
@@ -182,7 +204,7 @@ fn template_for<'py>(
     for i in 0..n {
         dict.set_item(keys.get_item(position(i))?, &none)?;
     }
-    keep(slot, keys, order, slice, Some((&dict, budgeted)));
+    keep(slot, keys, identity, order, slice, Some((&dict, budgeted)));
     Ok(Some(dict))
 }
 
@@ -191,13 +213,15 @@ fn template_for<'py>(
 fn keep(
     slot: usize,
     keys: &Bound<'_, PyList>,
+    identity: u64,
     order: u64,
     slice: Option<&[usize]>,
     dict: Option<(&Bound<'_, PyDict>, usize)>,
 ) {
     let budgeted = dict.map_or(0, |(_, b)| b);
     let kept = Template {
-        keys: keys.clone().unbind(),
+        _keys: keys.clone().unbind(),
+        identity,
         order,
         slice: slice.map(Box::from),
         dict: dict.map(|(d, _)| d.clone().unbind()),
