@@ -221,7 +221,8 @@ fn map_sequence<'py>(
 
 /// `func(leaf, *(o[i] for o in others))` for each leaf in order, the results kept when
 /// `keep_results` says: a vectorcall of one or two arguments, a tuple of arguments only
-/// for more.
+/// for more. The number of trees is matched once, outside the loops.
+#[inline(always)]
 fn call_each<'py>(
     func: &Bound<'py, PyAny>,
     leaves: &[Bound<'py, PyAny>],
@@ -230,19 +231,29 @@ fn call_each<'py>(
 ) -> PyResult<Vec<Bound<'py, PyAny>>> {
     let py = func.py();
     let mut results = Vec::with_capacity(if keep_results { leaves.len() } else { 0 });
-    for (i, leaf) in leaves.iter().enumerate() {
-        let r = match others {
-            [] => func.call1((leaf,))?,
-            [other] => func.call1((leaf, &other[i]))?,
-            _ => {
+    let mut keep = |r: Bound<'py, PyAny>| {
+        if keep_results {
+            results.push(r);
+        }
+    };
+    match others {
+        [] => {
+            for leaf in leaves {
+                keep(func.call1((leaf,))?);
+            }
+        }
+        [other] => {
+            for (leaf, o) in leaves.iter().zip(other) {
+                keep(func.call1((leaf, o))?);
+            }
+        }
+        _ => {
+            for (i, leaf) in leaves.iter().enumerate() {
                 let mut args = Vec::with_capacity(others.len() + 1);
                 args.push(leaf.clone());
                 args.extend(others.iter().map(|o| o[i].clone()));
-                func.call1(crate::containers::tuple_from_vec(py, args)?)?
+                keep(func.call1(crate::containers::tuple_from_vec(py, args)?)?);
             }
-        };
-        if keep_results {
-            results.push(r);
         }
     }
     Ok(results)
