@@ -1,6 +1,6 @@
 """Dicts rebuilt again and again from one treedef.
 
-Small str-keyed dicts rebuilt a second time are copied from a per-thread template dict (see
+Str-keyed dicts rebuilt a second time are copied from a per-thread template dict (see
 `crates/oxtree/src/treespec/dict_template.rs`): these tests rebuild each dict several times
 and check every copy against a dict built key by key, in both faces.
 """
@@ -27,7 +27,7 @@ REBUILDS = 4
 
 
 def _keys(n: int, shuffled: bool) -> list[str]:
-    keys = [f"k{i:02d}" for i in range(n)]
+    keys = [f"k{i:06d}" for i in range(n)]
     return keys[::-1] if shuffled else keys
 
 
@@ -38,7 +38,7 @@ def _same_dict(got: Any, want: dict[str, Any]) -> None:
     assert gc.is_tracked(got) == gc.is_tracked(dict(want))
 
 
-@pytest.mark.parametrize("n", [1, 2, 5, 6, 8, 9, 24, 32, 33, 100])
+@pytest.mark.parametrize("n", [1, 2, 5, 6, 8, 9, 24, 32, 33, 100, 10_000])
 @pytest.mark.parametrize("shuffled", [False, True])
 def test_each_rebuild_is_a_fresh_dict_in_insertion_order(n: int, shuffled: bool) -> None:
     tree = {k: i for i, k in enumerate(_keys(n, shuffled))}
@@ -130,6 +130,37 @@ def test_many_key_lists_share_the_template_slots(count: int) -> None:
         want = optree.tree_unflatten(structure, values)
         for g, w in zip(got, want, strict=True):
             _same_dict(g, w)
+
+
+def test_large_dicts_past_the_thread_budget_rebuild_as_optree_does() -> None:
+    # Large dicts get templates only up to a per-thread budget of keys (131,072): past it,
+    # and for a dict larger than the whole budget, each is built key by key. Every rebuild
+    # is the same dict either way, and templates evicted later release their share.
+    sizes = [50_000, 60_000, 40_000, 140_000, 33]
+    trees = [
+        {k: i for i, k in enumerate(_keys(n, shuffled=i % 2 == 1))} for i, n in enumerate(sizes)
+    ]
+    specs = [(oxtree.tree_structure(t), optree.tree_structure(t)) for t in trees]
+    for _ in range(3):
+        for (spec, structure), tree in zip(specs, trees, strict=True):
+            values = [object() for _ in tree]
+            _same_dict(spec.unflatten(values), optree.tree_unflatten(structure, values))
+
+
+@pytest.mark.parametrize("n", [33, 10_000])
+def test_large_dicts_with_the_same_keys_share_a_template_across_treespecs(n: int) -> None:
+    # Each flatten makes a new key list; a large dict's template is found by its keys, so a
+    # new treespec of the same keys (every tree_map's) and a dict of the same key objects in
+    # another order (its own template) both rebuild as optree does.
+    tree = {k: i for i, k in enumerate(_keys(n, shuffled=True))}
+    reordered = dict(sorted(tree.items()))
+    for _ in range(REBUILDS):
+        for t in (tree, reordered):
+            values = [object() for _ in t]
+            want = optree.tree_unflatten(optree.tree_structure(t), values)
+            _same_dict(oxtree.tree_structure(t).unflatten(values), want)
+            mapped = oxtree.tree_map(lambda v: v, t)
+            _same_dict(mapped, t)
 
 
 def test_non_str_and_mixed_keys_are_built_key_by_key() -> None:

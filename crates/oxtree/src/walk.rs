@@ -182,39 +182,121 @@ pub fn map_impl<'py>(
         .into());
     }
     check_is_leaf(opts.is_leaf)?;
-    let flat = registry::with_registry(|reg| flatten::flatten_opts::<true, true>(tree, opts, reg))?;
+    let walked =
+        registry::with_registry(|reg| flatten::flatten_or_sequence::<true, true>(tree, opts, reg))?;
+    let flat = match walked {
+        Walked::Flat(flat) => flat,
+        Walked::Sequence(kind, n) => {
+            if let Some(others) = sequence_rests(kind, n, rests) {
+                return map_sequence(func, tree, kind, &others, keep_results);
+            }
+            // A tree that differs from the sequence: the general path names where.
+            let mut flat = Flat::leaf_sequence(kind, n);
+            flat.leaves = sequence_items(tree);
+            flat
+        }
+    };
     let spec = spec_of(flat.nodes, flat.namespaced, opts);
-    let mut results = Vec::with_capacity(if keep_results { flat.leaves.len() } else { 0 });
-    if rests.is_empty() {
-        for leaf in &flat.leaves {
-            let r = func.call1((leaf,))?;
-            if keep_results {
-                results.push(r);
-            }
-        }
+    let others = if rests.is_empty() {
+        Vec::new()
     } else {
-        let others = registry::with_registry(|reg| {
-            flatten_rests(&spec, tree, rests, opts, "tree_map", reg)
-        })?;
-        for (i, leaf) in flat.leaves.iter().enumerate() {
-            let r = if let [other] = others.as_slice() {
-                func.call1((leaf, &other[i]))?
-            } else {
-                let mut args = Vec::with_capacity(others.len() + 1);
-                args.push(leaf.clone());
-                args.extend(others.iter().map(|o| o[i].clone()));
-                func.call1(crate::containers::tuple_from_vec(py, args)?)?
-            };
-            if keep_results {
-                results.push(r);
-            }
-        }
-    }
+        registry::with_registry(|reg| flatten_rests(&spec, tree, rests, opts, "tree_map", reg))?
+    };
+    let results = call_each(func, &flat.leaves, &others, keep_results)?;
     if keep_results {
         Ok(Some(crate::treespec::unflatten::build(py, &spec, results)?))
     } else {
         Ok(None)
     }
+}
+
+/// The items of an exact tuple or list (a `Walked::Sequence` tree), taken before any call of
+/// the mapped function (which may change a list).
+fn sequence_items<'py>(seq: &Bound<'py, PyAny>) -> Vec<Bound<'py, PyAny>> {
+    let mut items = Vec::new();
+    crate::ffi::extend_with_items(&mut items, seq);
+    items
+}
+
+/// The items of each of `rests` when every one is, as the tree is, an exact tuple or list
+/// (`kind`) of `n` items: what flattening it up to the tree's treespec gives. None when one
+/// is anything else (the general path then reports it).
+fn sequence_rests<'py>(
+    kind: Kind,
+    n: usize,
+    rests: &Bound<'py, PyTuple>,
+) -> Option<Vec<Vec<Bound<'py, PyAny>>>> {
+    rests
+        .iter()
+        .map(|rest| {
+            let same = match kind {
+                Kind::List => rest.cast_exact::<PyList>().is_ok_and(|l| l.len() == n),
+                _ => rest.cast_exact::<PyTuple>().is_ok_and(|t| t.len() == n),
+            };
+            same.then(|| sequence_items(&rest))
+        })
+        .collect()
+}
+
+/// `map_impl` over a tree that is a tuple or list (`kind`) of leaves, with `others` the
+/// items of its other trees: no treespec is made (for a 100,000-leaf list, making and
+/// freeing its nodes cost more than the walk).
+fn map_sequence<'py>(
+    func: &Bound<'py, PyAny>,
+    tree: &Bound<'py, PyAny>,
+    kind: Kind,
+    others: &[Vec<Bound<'py, PyAny>>],
+    keep_results: bool,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let py = tree.py();
+    let results = call_each(func, &sequence_items(tree), others, keep_results)?;
+    if !keep_results {
+        return Ok(None);
+    }
+    Ok(Some(match kind {
+        Kind::List => list_from_vec(py, results).into_any(),
+        _ => crate::containers::tuple_from_vec(py, results)?.into_any(),
+    }))
+}
+
+/// `func(leaf, *(o[i] for o in others))` for each leaf in order, the results kept when
+/// `keep_results` says: a vectorcall of one or two arguments, a tuple of arguments only
+/// for more. The number of trees is matched once, outside the loops.
+#[inline(always)]
+fn call_each<'py>(
+    func: &Bound<'py, PyAny>,
+    leaves: &[Bound<'py, PyAny>],
+    others: &[Vec<Bound<'py, PyAny>>],
+    keep_results: bool,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let py = func.py();
+    let mut results = Vec::with_capacity(if keep_results { leaves.len() } else { 0 });
+    let mut keep = |r: Bound<'py, PyAny>| {
+        if keep_results {
+            results.push(r);
+        }
+    };
+    match others {
+        [] => {
+            for leaf in leaves {
+                keep(func.call1((leaf,))?);
+            }
+        }
+        [other] => {
+            for (leaf, o) in leaves.iter().zip(other) {
+                keep(func.call1((leaf, o))?);
+            }
+        }
+        _ => {
+            for (i, leaf) in leaves.iter().enumerate() {
+                let mut args = Vec::with_capacity(others.len() + 1);
+                args.push(leaf.clone());
+                args.extend(others.iter().map(|o| o[i].clone()));
+                keep(func.call1(crate::containers::tuple_from_vec(py, args)?)?);
+            }
+        }
+    }
+    Ok(results)
 }
 
 /// Each of `rests` flattened up to `spec`, the treespec of `tree`; errors naming which one

@@ -123,8 +123,9 @@ pub fn str_table_items<'py, const N: usize>(
     }
 }
 
-/// The most items `dict_copy_with_values` fills.
-pub const MAX_TEMPLATE_KEYS: usize = 32;
+/// The most items `dict_copy_with_values` fills (its callers keep fewer templates of
+/// large dicts, see `treespec::dict_template`).
+pub const MAX_TEMPLATE_KEYS: usize = 1 << 17;
 
 /// A copy of `template` (an exact dict whose str keys are `keys[position(i)]` in storage
 /// order, each mapped to None) holding the values `stack[start..]` instead: the value for

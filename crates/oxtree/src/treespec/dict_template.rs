@@ -15,7 +15,7 @@
 //! entry must hold the expected key and None, or the copy is dropped and the dict built key
 //! by key as on any other version.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -23,9 +23,17 @@ use pyo3::types::{PyDict, PyList};
 use super::{Insertion, Node};
 use crate::face::Face;
 
-/// Dicts of at most this many keys are copied from templates: each template holds a
-/// table as large as the dict's, and the thread keeps `SLOTS` of them.
-pub const MAX_KEYS: usize = crate::ffi::MAX_TEMPLATE_KEYS;
+/// Dicts of at most this many keys are copied from templates whenever they are rebuilt
+/// again: each template holds a table as large as the dict's, and the thread keeps `SLOTS`
+/// of them.
+const SMALL_KEYS: usize = 32;
+
+/// Larger dicts (up to `ffi::MAX_TEMPLATE_KEYS` keys) get a template only while this
+/// thread's templates of more than `SMALL_KEYS` keys hold at most this many keys in all
+/// (about 3 MiB of tables), so the cache never holds more than a few large dicts' worth.
+/// Measured on a 10,000-key dict's rebuild: 299 instructions a key built key by key, 35
+/// copied from its template.
+const LARGE_KEYS_BUDGET: usize = 1 << 17;
 
 /// Templates kept per thread: enough for trees of a few hundred distinct dicts (a 1,000-leaf
 /// tree of random dicts has 151). Two-way: a key list and order may sit in either slot of
@@ -38,21 +46,28 @@ const SLOTS: usize = 1024;
 const SORTED: u64 = u64::MAX;
 
 struct Template {
-    /// The node's key list (leaf order), held so its address is not reused.
-    keys: Py<PyList>,
+    /// The node's key list (leaf order), never read: held so that neither its address nor
+    /// its keys' addresses (what `identity` is made of) can be another object's.
+    _keys: Py<PyList>,
+    /// What the template is found by: `identity` of its key list.
+    identity: u64,
     order: u64,
     /// The insertion positions of a dict of more than 8 keys (`order` is only their hash).
     slice: Option<Box<[usize]>>,
     /// Made the second time these keys are rebuilt in this order: a dict rebuilt once (a
     /// treespec unpickled and unflattened, keys seen once) is built key by key, not twice.
     dict: Option<Py<PyDict>>,
+    /// The keys this template counts against `LARGE_KEYS_BUDGET` (0 for a small one).
+    budgeted: usize,
 }
 
 thread_local! {
     static TEMPLATES: RefCell<Vec<Option<Template>>> = const { RefCell::new(Vec::new()) };
+    /// The keys of this thread's large templates (see `LARGE_KEYS_BUDGET`).
+    static LARGE_KEYS_HELD: Cell<usize> = const { Cell::new(0) };
 }
 
-/// The dict of `node` (an exact-dict node of up to `MAX_KEYS` str keys) holding the values
+/// The dict of `node` (an exact-dict node of up to `ffi::MAX_TEMPLATE_KEYS` str keys) holding the values
 /// `stack[start..]` (leaf order), copied from a template: the values move into the dict and
 /// `stack` is cut to `start`. `None` when this dict cannot be made that way, with `stack`
 /// untouched (the caller builds it key by key).
@@ -65,7 +80,7 @@ pub fn copy_with_values<'py>(
 ) -> Option<PyResult<Bound<'py, PyAny>>> {
     let n = node.arity;
     debug_assert_eq!(stack.len() - start, n);
-    if !crate::ffi::DICT_LAYOUT_KNOWN || n == 0 || n > MAX_KEYS {
+    if !crate::ffi::DICT_LAYOUT_KNOWN || n == 0 || n > crate::ffi::MAX_TEMPLATE_KEYS {
         return None;
     }
     let keys = node.keys().as_ref()?.bind(py);
@@ -97,9 +112,28 @@ pub fn copy_with_values<'py>(
         .map(|r| r.map(Bound::into_any))
 }
 
-/// The first slot of the pair where `keys` in `order` may sit (the other is the next one).
-fn pair_of(keys: &Bound<'_, PyList>, order: u64) -> usize {
-    let h = ((keys.as_ptr() as usize as u64) >> 4 ^ order).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+/// What a template for `keys` is found by. A small key list: its address (flatten shares one
+/// list among the dicts with the same small set of str keys). A larger one: a hash of its
+/// keys' addresses, so that every treespec of a dict with the same key objects in the same
+/// order finds it, each flatten's new list included (a `tree_map` over a 10,000-key dict
+/// rebuilt it key by key on every call). A hash that two key lists share finds a template
+/// whose keys are not this list's: the copy checks every key, and is then dropped.
+fn identity(keys: &Bound<'_, PyList>) -> u64 {
+    let n = keys.len();
+    if n <= SMALL_KEYS {
+        return keys.as_ptr() as usize as u64;
+    }
+    (0..n)
+        .filter_map(|i| crate::ffi::list_item_addr(keys, i))
+        .fold(n as u64, |h, a| {
+            (h ^ (a as u64 >> 4)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        })
+}
+
+/// The first slot of the pair where a key list of `identity` in `order` may sit (the other
+/// is the next one).
+fn pair_of(identity: u64, order: u64) -> usize {
+    let h = (identity >> 4 ^ order).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     (h >> (64 - SLOTS.trailing_zeros())) as usize & !1
 }
 
@@ -113,10 +147,10 @@ fn template_for<'py>(
     slice: Option<&[usize]>,
     position: &dyn Fn(usize) -> usize,
 ) -> PyResult<Option<Bound<'py, PyDict>>> {
-    let pair = pair_of(keys, order);
-    let is_this = |t: &&Template| {
-        t.keys.as_ptr() == keys.as_ptr() && t.order == order && t.slice.as_deref() == slice
-    };
+    let identity = identity(keys);
+    let pair = pair_of(identity, order);
+    let is_this =
+        |t: &&Template| t.identity == identity && t.order == order && t.slice.as_deref() == slice;
     // The slot that holds these keys in this order, else the one to fill: an empty one, else
     // one whose keys were seen only once, else the pair's second (the first keeps its place).
     let (slot, seen) = TEMPLATES.with(|t| {
@@ -156,33 +190,42 @@ fn template_for<'py>(
             });
             if all_str {
                 // First sight: remembered, built key by key this time.
-                keep(slot, keys, order, slice, None);
+                keep(slot, keys, identity, order, slice, None);
             }
             return Ok(None);
         }
+    }
+    let budgeted = if n > SMALL_KEYS { n } else { 0 };
+    if budgeted > 0 && LARGE_KEYS_HELD.get() + budgeted > LARGE_KEYS_BUDGET {
+        return Ok(None);
     }
     let dict = PyDict::new(py);
     let none = py.None();
     for i in 0..n {
         dict.set_item(keys.get_item(position(i))?, &none)?;
     }
-    keep(slot, keys, order, slice, Some(&dict));
+    keep(slot, keys, identity, order, slice, Some((&dict, budgeted)));
     Ok(Some(dict))
 }
 
-/// Remembers `keys` in `order` in `slot`, with the template when there is one.
+/// Remembers `keys` in `order` in `slot`, with the template when there is one (and the keys
+/// it counts against `LARGE_KEYS_BUDGET`).
 fn keep(
     slot: usize,
     keys: &Bound<'_, PyList>,
+    identity: u64,
     order: u64,
     slice: Option<&[usize]>,
-    dict: Option<&Bound<'_, PyDict>>,
+    dict: Option<(&Bound<'_, PyDict>, usize)>,
 ) {
+    let budgeted = dict.map_or(0, |(_, b)| b);
     let kept = Template {
-        keys: keys.clone().unbind(),
+        _keys: keys.clone().unbind(),
+        identity,
         order,
         slice: slice.map(Box::from),
-        dict: dict.map(|d| d.clone().unbind()),
+        dict: dict.map(|(d, _)| d.clone().unbind()),
+        budgeted,
     };
     let old = TEMPLATES.with(|t| {
         let mut t = t.borrow_mut();
@@ -191,6 +234,8 @@ fn keep(
         }
         t[slot].replace(kept)
     });
+    let released = old.as_ref().map_or(0, |o| o.budgeted);
+    LARGE_KEYS_HELD.set(LARGE_KEYS_HELD.get() + budgeted - released);
     // Dropped after the borrow ends: releasing a template runs no Python code, but a nested
     // call must never find the cache borrowed.
     drop(old);

@@ -63,7 +63,13 @@ fn walk<'py, const RIGHT_FIRST: bool>(
         if let Some(why) = node_children(py, node, &obj, registry, spec.face, &mut children)? {
             return Ok(Some((idx, obj, why)));
         }
-        if RIGHT_FIRST {
+        if !RIGHT_FIRST && node.num_nodes == node.arity + 1 && node.num_leaves == node.arity {
+            // Every child is a leaf node, and everything left of this node is out already:
+            // its children are the next leaves, in order, without a trip through the stack
+            // (a push and a pop per leaf were 6.4M of the 7.4M instructions of a 100,000-leaf
+            // list's walk).
+            out.append(&mut children);
+        } else if RIGHT_FIRST {
             // Push left to right, so the rightmost child is walked first.
             for (child, child_idx) in children.drain(..).zip(spec.child_indices(idx)) {
                 stack.push((child, child_idx));
