@@ -116,7 +116,7 @@ fn push_shared<'py, T>(
     py: Python<'py>,
     shared: &[Py<T>],
     n: usize,
-    out: &mut Vec<Bound<'py, PyAny>>,
+    out: &mut KeyBuf<'py>,
     make: impl Fn(usize) -> PyResult<Bound<'py, PyAny>>,
 ) -> PyResult<()> {
     for j in 0..n {
@@ -282,9 +282,22 @@ pub fn node_keys<'py>(
     node: &Node,
     style: KeyStyle,
 ) -> PyResult<Vec<Bound<'py, PyAny>>> {
-    let mut keys = Vec::with_capacity(node.arity);
-    push_node_keys(py, node, style, &mut keys)?;
-    Ok(keys)
+    let mut keys = KeyBuf::new();
+    push_node_keys(py, node, style, &mut keys, &mut FieldKeys::default())?;
+    Ok(keys.into_vec())
+}
+
+/// Keys on their way into paths: on the native stack while few.
+type KeyBuf<'py> = SmallVec<[Bound<'py, PyAny>; 16]>;
+
+/// The keys of the last node whose children are named fields, by the identity of what names
+/// them (a namedtuple's type, a registered dataclass's name list, both held by the treespec
+/// for the walk): nodes of one class come in runs, as in a list of dataclasses, whose keys
+/// were then looked up in the key cache per node (95 instructions a key).
+#[derive(Default)]
+struct FieldKeys<'py> {
+    id: usize,
+    keys: SmallVec<[Bound<'py, PyAny>; 4]>,
 }
 
 /// Appends the keys of all children of `node` to `out`, left to right: what `child_key`
@@ -296,7 +309,8 @@ fn push_node_keys<'py>(
     py: Python<'py>,
     node: &Node,
     style: KeyStyle,
-    out: &mut Vec<Bound<'py, PyAny>>,
+    out: &mut KeyBuf<'py>,
+    last: &mut FieldKeys<'py>,
 ) -> PyResult<()> {
     let n = node.arity;
     out.reserve(n);
@@ -343,6 +357,11 @@ fn push_node_keys<'py>(
             return push_each_key(py, node, style, out);
         }
     }
+    let id = field_names_id(py, node);
+    if id != 0 && last.id == id && last.keys.len() == n {
+        out.extend(last.keys.iter().cloned());
+        return Ok(());
+    }
     let base = out.len();
     if !push_field_names(py, node, out)? {
         out.truncate(base);
@@ -364,7 +383,24 @@ fn push_node_keys<'py>(
             Ok(Bound::new(py, GetAttrKey { name })?.into_any())
         })?;
     }
+    if id != 0 {
+        last.id = id;
+        last.keys = out[base..].iter().cloned().collect();
+    }
     Ok(())
+}
+
+/// What names the children of a namedtuple or registered dataclass node (see `FieldKeys`),
+/// as an address; 0 for other nodes.
+fn field_names_id(py: Python<'_>, node: &Node) -> usize {
+    match node.kind {
+        Kind::NamedTuple => node.kept_data(py).as_ptr() as usize,
+        Kind::Custom => node
+            .custom()
+            .and_then(|r| crate::registry::child_names(r))
+            .map_or(0, |names| names.as_ptr() as usize),
+        _ => 0,
+    }
 }
 
 /// `child_key` for each child of `node`, left to right.
@@ -372,7 +408,7 @@ fn push_each_key<'py>(
     py: Python<'py>,
     node: &Node,
     style: KeyStyle,
-    out: &mut Vec<Bound<'py, PyAny>>,
+    out: &mut KeyBuf<'py>,
 ) -> PyResult<()> {
     for j in 0..node.arity {
         out.push(child_key(py, node, j, style)?);
@@ -383,11 +419,7 @@ fn push_each_key<'py>(
 /// Appends the field names of all children of a namedtuple, struct sequence or registered
 /// dataclass node, as `field_name` gives them; false (with some pushed) when a child has
 /// none or the node is of another kind, for the caller to fall back on `child_key`.
-fn push_field_names<'py>(
-    py: Python<'py>,
-    node: &Node,
-    out: &mut Vec<Bound<'py, PyAny>>,
-) -> PyResult<bool> {
+fn push_field_names<'py>(py: Python<'py>, node: &Node, out: &mut KeyBuf<'py>) -> PyResult<bool> {
     let n = node.arity;
     match node.kind {
         Kind::NamedTuple => {
@@ -453,6 +485,40 @@ fn share_keys<'py>(
     Ok(())
 }
 
+/// The most leaves of a tuple or list whose leaves' paths are made once and shared.
+const SHARED_PATHS_MAX: usize = 16;
+
+/// `(j,)` and `(SequenceKey(j),)` for `j` up to `SHARED_PATHS_MAX`, by style (Raw, Keys).
+static SEQUENCE_PATHS: [pyo3::sync::PyOnceLock<Vec<Py<PyTuple>>>; 2] =
+    [const { pyo3::sync::PyOnceLock::new() }; 2];
+
+/// The paths of the leaves of a tuple or list of `n` leaves, shared tuples (paths are
+/// immutable); None when `n` or the style has none.
+pub fn shared_sequence_paths(
+    py: Python<'_>,
+    n: usize,
+    style: KeyStyle,
+) -> PyResult<Option<Vec<Bound<'_, PyTuple>>>> {
+    let slot = match style {
+        KeyStyle::Raw => 0,
+        KeyStyle::Keys => 1,
+        KeyStyle::Steps => return Ok(None),
+    };
+    if n > SHARED_PATHS_MAX {
+        return Ok(None);
+    }
+    let paths = SEQUENCE_PATHS[slot].get_or_try_init(py, || {
+        let node = Node::bare(Kind::Tuple, SHARED_PATHS_MAX, SHARED_PATHS_MAX, 0);
+        node_keys(py, &node, style)?
+            .into_iter()
+            .map(|key| Ok(PyTuple::new(py, [key])?.unbind()))
+            .collect::<PyResult<Vec<_>>>()
+    })?;
+    Ok(Some(
+        paths[..n].iter().map(|p| p.bind(py).clone()).collect(),
+    ))
+}
+
 /// The path of every leaf of `spec`, left to right.
 ///
 /// The nodes are in post-order, so walking them from the last (the root) to the first visits
@@ -473,7 +539,8 @@ pub fn leaf_paths<'py>(
     let mut open: SmallVec<[usize; 16]> = SmallVec::new();
     // The keys of the children still to come of the open nodes, each node's last child's
     // key on top.
-    let mut waiting: Vec<Bound<'py, PyAny>> = Vec::new();
+    let mut waiting = KeyBuf::new();
+    let mut last = FieldKeys::default();
     for node in spec.nodes.iter().rev() {
         if let Some(left) = open.last_mut() {
             *left -= 1;
@@ -485,7 +552,7 @@ pub fn leaf_paths<'py>(
         if node.kind == Kind::Leaf {
             out.push(crate::ffi::tuple_from(py, prefix.iter().cloned())?);
         } else if node.arity > 0 {
-            push_node_keys(py, node, style, &mut waiting)?;
+            push_node_keys(py, node, style, &mut waiting, &mut last)?;
             open.push(node.arity);
             continue;
         }
