@@ -111,6 +111,60 @@ fn sequence_key(py: Python<'_>, j: usize) -> PyResult<Bound<'_, PyAny>> {
     Ok(Bound::new(py, SequenceKey { idx: j as isize })?.into_any())
 }
 
+/// `SequenceKey(j)` for `j` from `SHARED_SEQUENCE_KEYS` on, made when a list that long is
+/// first walked with key paths and shared from then on, up to `LONG_SEQUENCE_KEYS_MAX`:
+/// making and freeing a key object per item was a third of a 100,000-item list's flatten
+/// with key paths (callgrind: 1,336 instructions an item). A few MiB at most, as the dict
+/// templates of unflatten keep.
+static LONG_SEQUENCE_KEYS: std::sync::Mutex<Vec<Py<SequenceKey>>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// The most `SequenceKey`s shared in all (`SHARED_SEQUENCE_KEYS` of them always).
+const LONG_SEQUENCE_KEYS_MAX: usize = 131_072;
+
+fn long_sequence_keys() -> std::sync::MutexGuard<'static, Vec<Py<SequenceKey>>> {
+    // The vector is valid whatever a panicking holder left: keys are only appended.
+    LONG_SEQUENCE_KEYS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Appends `SequenceKey(0)` to `SequenceKey(n - 1)` for a sequence longer than
+/// `SHARED_SEQUENCE_KEYS`, shared up to `LONG_SEQUENCE_KEYS_MAX`.
+fn push_long_sequence_keys<'py>(py: Python<'py>, n: usize, out: &mut KeyBuf<'py>) -> PyResult<()> {
+    let shared = shared_sequence_keys(py)?;
+    out.extend(shared.iter().map(|k| k.bind(py).clone().into_any()));
+    let want = n.min(LONG_SEQUENCE_KEYS_MAX) - shared.len();
+    let have = long_sequence_keys().len();
+    if have < want {
+        // Made with no lock held: making an object may start a collection, whose finalizers
+        // may walk a tree too.
+        let made = (shared.len() + have..shared.len() + want)
+            .map(|i| Py::new(py, SequenceKey { idx: i as isize }))
+            .collect::<PyResult<Vec<_>>>()?;
+        let mut keys = long_sequence_keys();
+        // Another walk may have grown the vector meanwhile: its keys are the same.
+        let extra = if keys.len() == have {
+            keys.extend(made);
+            Vec::new()
+        } else {
+            made
+        };
+        drop(keys);
+        drop(extra);
+    }
+    out.extend(
+        long_sequence_keys()
+            .iter()
+            .take(want)
+            .map(|k| k.bind(py).clone().into_any()),
+    );
+    for j in out.len()..n {
+        out.push(Bound::new(py, SequenceKey { idx: j as isize })?.into_any());
+    }
+    Ok(())
+}
+
 /// `keys`, each shared when one is (`j` below `SHARED_SEQUENCE_KEYS`), else made by `make`.
 fn push_shared<'py, T>(
     py: Python<'py>,
@@ -317,9 +371,11 @@ fn push_node_keys<'py>(
     let sequence = matches!(node.kind, Kind::Tuple | Kind::List | Kind::Deque);
     match style {
         KeyStyle::Keys if sequence => {
-            return push_shared(py, shared_sequence_keys(py)?, n, out, |j| {
-                sequence_key(py, j)
-            });
+            let shared = shared_sequence_keys(py)?;
+            if n > shared.len() {
+                return push_long_sequence_keys(py, n, out);
+            }
+            return push_shared(py, shared, n, out, |j| sequence_key(py, j));
         }
         // optree's raw entries name only registered nodes' children: the rest are indices.
         KeyStyle::Raw
