@@ -200,9 +200,9 @@ pub fn tuple_from<'py>(
     }
 }
 
-/// A new tuple of new references to `items`: a key path from the keys above a leaf. Per
-/// path, going through `tuple_from` with cloned items cost twice the instructions (callgrind,
-/// 10 one-key paths: 88 a path against 40).
+/// A new tuple of new references to `items`: a key path from the keys above a leaf, with no
+/// iterator between (with `tuple_pair_of` for the pairs, callgrind counted 227 instructions
+/// fewer than `tuple_from` over cloned items on a 10-key dict's 20 tuples).
 #[inline]
 pub fn tuple_of<'py>(
     py: Python<'py>,
