@@ -294,7 +294,31 @@ ModulelessZed = type("ModulelessZed", (Zed,), {"__module__": None})
 IntModuleZed = type("IntModuleZed", (Zed,), {})
 IntModuleZed.__module__ = 5
 
+
+def _str_keys_with_deleted_entries() -> dict[str, int]:
+    """A dict whose table holds deleted entries between live ones."""
+    d = {"d": 1, "x": 0, "b": 2, "y": 0, "a": 3}
+    del d["x"], d["y"]
+    d["c"] = 4
+    return d
+
+
+class _Holder:
+    """Instances whose attribute dicts share one key table (a split table)."""
+
+
+def _instance_dict() -> dict[str, Any]:
+    _Holder().z = 0
+    holder = _Holder()
+    holder.z, holder.b, holder.a = 1, 2, 3
+    return vars(holder)
+
+
 KEY_ORDER_CASES = {
+    "str_keys_with_deleted_entries": _str_keys_with_deleted_entries(),
+    "instance_dict": _instance_dict(),
+    "sixteen_str_keys": {f"k{i:02d}": i for i in reversed(range(16))},
+    "seventeen_str_keys": {f"k{i:02d}": i for i in reversed(range(17))},
     "comparable_int_float": {2: "a", 1.5: "b", 0: "c"},
     "str_and_int": {"b": 1, 2: 2, "a": 3, 1: 4},
     "type_name_qualified": {Zed(2): "z2", 5: "five", Zed(1): "z1", "s": "str"},

@@ -228,3 +228,31 @@ def test_hypothesis_sequences_match_optree(
     jax_leaves, treedef = otu.tree_flatten(tree)
     _same_leaves(jax_leaves, jtu.tree_leaves(tree))
     assert repr(treedef) == repr(jtu.tree_structure(tree))
+
+
+@pytest.mark.parametrize("n", [17, 1000, 1 << 17, (1 << 17) + 1])
+def test_long_sequences_of_each_kind_and_option(n: int) -> None:
+    # Longer leaf sequences may share a treespec with the last one of the same shape: each
+    # call, in any order of kinds, options and lengths, still gets its own tree's treespec.
+    cases = [
+        (list(range(n)), {}),
+        (tuple(range(n)), {}),
+        (list(range(n)), {"none_is_leaf": True}),
+        ([None] * n, {"none_is_leaf": True}),
+        (list(range(n - 1)), {}),
+    ]
+    for _ in range(2):
+        for tree, kwargs in cases:
+            spec = oxtree.tree_structure(tree, **kwargs)
+            want = optree.tree_structure(tree, **kwargs)
+            assert spec.num_leaves == want.num_leaves == len(tree)
+            assert spec.num_nodes == want.num_nodes
+            assert spec.none_is_leaf == kwargs.get("none_is_leaf", False)
+            assert spec == oxtree.tree_flatten(tree, _never, **kwargs)[1]
+            rebuilt = oxtree.tree_unflatten(spec, list(tree))
+            assert type(rebuilt) is type(tree)
+            assert rebuilt == tree
+        jax_spec = otu.tree_structure(list(range(n)))
+        assert repr(jax_spec).startswith("PyTreeDef([")
+        assert repr(jax_spec) == repr(jtu.tree_structure(list(range(n))))
+        assert jax_spec == otu.tree_flatten(list(range(n)), _never)[1]

@@ -56,6 +56,73 @@ pub fn dict_version(dict: &Bound<'_, PyDict>) -> Option<u64> {
     Some(unsafe { (*dict.as_ptr().cast::<DictObject>()).ma_version_tag })
 }
 
+/// `str_keyed_items` read straight from the table: for a dict of at most `N` items whose
+/// keys are all exact str, the keys' addresses into `keys` and the values (new references)
+/// pushed onto `values`, in storage order, and the number of items (`Some(None)`, with
+/// `values` as it was, for more items or another key type). None, having read nothing, when
+/// the dict is not a combined table of str keys or the layout is not this interpreter's:
+/// the caller then reads it with `PyDict_Next`, which cost 50 instructions an item (a fifth
+/// of a 10-key dict's flatten), against about 10 here.
+#[inline]
+pub fn str_table_items<'py, const N: usize>(
+    dict: &Bound<'py, PyDict>,
+    keys: &mut [usize; N],
+    values: &mut Vec<Bound<'py, PyAny>>,
+) -> Option<Option<usize>> {
+    if !DICT_LAYOUT_KNOWN {
+        return None;
+    }
+    let py = dict.py();
+    let base = values.len();
+    // SAFETY: a live dict with the layout of `DictObject` and `KeysObject`
+    // (`DICT_LAYOUT_KNOWN`). A combined table (no separate values) of kind
+    // DICT_KEYS_UNICODE holds `dk_nentries` (key, value) entries after its index table,
+    // which `PyDict_Next` walks the same way, skipping entries whose value is NULL
+    // (deleted). Keys are only compared and tested for their exact type; a value becomes an
+    // owned reference at once. Nothing here runs Python code, so the table cannot change
+    // while it is read.
+    unsafe {
+        let d = dict.as_ptr().cast::<DictObject>();
+        if !(*d).ma_values.is_null() {
+            return None;
+        }
+        let table = (*d).ma_keys;
+        if (*table).dk_kind != DICT_KEYS_UNICODE {
+            return None;
+        }
+        let used = (*d).ma_used;
+        if used < 0 || used as usize > N {
+            return Some(None);
+        }
+        let nentries = (*table).dk_nentries.max(0) as usize;
+        let entries = table
+            .add(1)
+            .cast::<u8>()
+            .add(1usize << (*table).dk_log2_index_bytes)
+            .cast::<[*mut sys::PyObject; 2]>();
+        let mut len = 0;
+        for i in 0..nentries {
+            let [key, value] = *entries.add(i);
+            if value.is_null() {
+                continue;
+            }
+            if len == N || key.is_null() || sys::PyUnicode_CheckExact(key) == 0 {
+                values.truncate(base);
+                return Some(None);
+            }
+            keys[len] = key as usize;
+            values.push(Bound::from_borrowed_ptr(py, value));
+            len += 1;
+        }
+        if len != used as usize {
+            // Not the table this layout describes: read it the public way.
+            values.truncate(base);
+            return None;
+        }
+        Some(Some(len))
+    }
+}
+
 /// The most items `dict_copy_with_values` fills.
 pub const MAX_TEMPLATE_KEYS: usize = 32;
 

@@ -169,6 +169,9 @@ pub fn str_keyed_items<'py>(
     keys: &mut [usize; STR_ITEMS_MAX],
     values: &mut Vec<Bound<'py, PyAny>>,
 ) -> Option<usize> {
+    if let Some(items) = super::dict_layout::str_table_items(dict, keys, values) {
+        return items;
+    }
     let py = dict.py();
     let base = values.len();
     let mut pos: sys::Py_ssize_t = 0;
