@@ -449,6 +449,31 @@ def test_namedtuple_fields_give_getattr_keys() -> None:
     assert_pairs_match_jax(oxtree.tree_leaves_with_path(tree), jtu.tree_leaves_with_path(tree))
 
 
+@pytest.mark.parametrize("n", [1023, 1024, 1025, 3000, 140_000])
+def test_long_lists_match_jax(n: int) -> None:
+    # Positions past 1,024 (and past 131,072) take their keys from other stores than the
+    # first ones; a second flatten must hand out equal keys.
+    tree = {"a": list(range(n)), "b": (Point(x=1, y=2), Point(x=3, y=4))}
+    theirs = jtu.tree_flatten_with_path(tree)[0]
+    for _ in range(2):
+        assert_pairs_match_jax(oxtree.tree_util.tree_flatten_with_path(tree)[0], theirs)
+    paths, leaves, _ = oxtree.tree_flatten_with_path(tree)
+    assert paths[n - 1] == ("a", n - 1)
+    assert paths[n:] == [("b", 0, 0), ("b", 0, 1), ("b", 1, 0), ("b", 1, 1)]
+    assert leaves == oxtree.tree_leaves(tree)
+
+
+@pytest.mark.parametrize("tree", [(1, 2.0, "x"), [True, 3], (), list(range(16)), list(range(20))])
+def test_sequences_of_leaves_match_jax(tree: Any) -> None:
+    theirs = jtu.tree_flatten_with_path(tree)
+    ours = oxtree.tree_util.tree_flatten_with_path(tree)
+    assert_pairs_match_jax(ours[0], theirs[0])
+    assert ours[1] == oxtree.tree_util.tree_structure(tree)
+    paths, leaves, spec = oxtree.tree_flatten_with_path(tree)
+    assert paths == [(i,) for i in range(len(leaves))]
+    assert spec == oxtree.tree_structure(tree)
+
+
 def test_namespaced_registration_gives_keys_only_in_its_namespace(
     registered: list[tuple[type, str]],
 ) -> None:

@@ -21,7 +21,7 @@ pub fn tuple_pair<'py>(
     a: Bound<'py, PyAny>,
     b: Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    tuple_from(py, [a, b].into_iter())
+    crate::ffi::tuple_pair_of(py, a, b)
 }
 
 /// A tuple that takes over the references in `items`.

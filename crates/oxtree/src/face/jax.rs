@@ -116,7 +116,7 @@ pub fn tree_flatten_with_path<'py>(
     tree: &Bound<'py, PyAny>,
     is_leaf: Option<&Bound<'py, PyAny>>,
     is_leaf_takes_path: bool,
-) -> PyResult<(Bound<'py, PyList>, PyTreeSpec)> {
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyTreeSpec>)> {
     walk::keyed_pairs_impl(tree, &jax_opts(is_leaf, is_leaf_takes_path))
 }
 
@@ -172,7 +172,7 @@ pub fn _flatten_with_path_in<'py>(
     tree: &Bound<'py, PyAny>,
     is_leaf: Option<&Bound<'py, PyAny>>,
     namespace: &str,
-) -> PyResult<(Bound<'py, PyList>, PyTreeSpec)> {
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyTreeSpec>)> {
     let opts = Options {
         face: Face::Jax,
         ..Options::new(is_leaf, false, namespace)

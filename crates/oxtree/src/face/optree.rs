@@ -176,7 +176,11 @@ pub fn tree_flatten_with_path<'py>(
     none_is_leaf: bool,
     namespace: &str,
     is_leaf_takes_path: bool,
-) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>, PyTreeSpec)> {
+) -> PyResult<(
+    Bound<'py, PyList>,
+    Bound<'py, PyList>,
+    Bound<'py, PyTreeSpec>,
+)> {
     let opts = path_opts(is_leaf, is_leaf_takes_path, none_is_leaf, namespace);
     let (paths, leaves, spec) = walk::paths_impl(tree, &opts, KeyStyle::Raw)?;
     Ok((
@@ -223,7 +227,7 @@ pub fn tree_flatten_with_keys<'py>(
     none_is_leaf: bool,
     namespace: &str,
     jax_registry: Option<bool>,
-) -> PyResult<(Bound<'py, PyList>, PyTreeSpec)> {
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyTreeSpec>)> {
     walk::keyed_pairs_impl(
         tree,
         &path_opts(is_leaf, is_leaf_takes_path, none_is_leaf, namespace)
@@ -299,7 +303,11 @@ pub fn _flatten_with_steps<'py>(
     is_leaf: Option<&Bound<'py, PyAny>>,
     none_is_leaf: bool,
     namespace: &str,
-) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>, PyTreeSpec)> {
+) -> PyResult<(
+    Bound<'py, PyList>,
+    Bound<'py, PyList>,
+    Bound<'py, PyTreeSpec>,
+)> {
     let (paths, leaves, spec) = walk::paths_impl(
         tree,
         &Options::new(is_leaf, none_is_leaf, namespace),

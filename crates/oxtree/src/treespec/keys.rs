@@ -70,32 +70,116 @@ static SEQUENCE_KEYS: pyo3::sync::PyOnceLock<Vec<Py<SequenceKey>>> = pyo3::sync:
 static FLATTENED_INDEX_KEYS: pyo3::sync::PyOnceLock<Vec<Py<FlattenedIndexKey>>> =
     pyo3::sync::PyOnceLock::new();
 
+/// The `FlattenedIndexKey(j)` made once and shared, for `j` below `SHARED_SEQUENCE_KEYS`.
+fn shared_flattened_index_keys(py: Python<'_>) -> PyResult<&'static [Py<FlattenedIndexKey>]> {
+    let keys = FLATTENED_INDEX_KEYS.get_or_try_init(py, || {
+        (0..SHARED_SEQUENCE_KEYS)
+            .map(|i| {
+                let key = i.into_pyobject(py)?.into_any().unbind();
+                Py::new(py, FlattenedIndexKey { key })
+            })
+            .collect::<PyResult<Vec<_>>>()
+    })?;
+    Ok(keys)
+}
+
 /// `FlattenedIndexKey(j)`, shared for small `j` (the children of registered nodes that name
 /// no keys).
 fn flattened_index_key(py: Python<'_>, j: usize) -> PyResult<Bound<'_, PyAny>> {
-    let make = |i: usize| -> PyResult<Py<FlattenedIndexKey>> {
-        let key = i.into_pyobject(py)?.into_any().unbind();
-        Py::new(py, FlattenedIndexKey { key })
-    };
-    if j < SHARED_SEQUENCE_KEYS {
-        let keys = FLATTENED_INDEX_KEYS
-            .get_or_try_init(py, || (0..SHARED_SEQUENCE_KEYS).map(make).collect())?;
-        return Ok(keys[j].bind(py).clone().into_any());
+    if let Some(key) = shared_flattened_index_keys(py)?.get(j) {
+        return Ok(key.bind(py).clone().into_any());
     }
-    Ok(make(j)?.into_bound(py).into_any())
+    let key = j.into_pyobject(py)?.into_any().unbind();
+    Ok(Bound::new(py, FlattenedIndexKey { key })?.into_any())
+}
+
+/// The `SequenceKey(j)` made once and shared, for `j` below `SHARED_SEQUENCE_KEYS`.
+fn shared_sequence_keys(py: Python<'_>) -> PyResult<&'static [Py<SequenceKey>]> {
+    let keys = SEQUENCE_KEYS.get_or_try_init(py, || {
+        (0..SHARED_SEQUENCE_KEYS)
+            .map(|i| Py::new(py, SequenceKey { idx: i as isize }))
+            .collect::<PyResult<Vec<_>>>()
+    })?;
+    Ok(keys)
 }
 
 /// `SequenceKey(j)`, shared for small `j`.
 fn sequence_key(py: Python<'_>, j: usize) -> PyResult<Bound<'_, PyAny>> {
-    if j < SHARED_SEQUENCE_KEYS {
-        let keys = SEQUENCE_KEYS.get_or_try_init(py, || {
-            (0..SHARED_SEQUENCE_KEYS)
-                .map(|i| Py::new(py, SequenceKey { idx: i as isize }))
-                .collect::<PyResult<Vec<_>>>()
-        })?;
-        return Ok(keys[j].bind(py).clone().into_any());
+    if let Some(key) = shared_sequence_keys(py)?.get(j) {
+        return Ok(key.bind(py).clone().into_any());
     }
     Ok(Bound::new(py, SequenceKey { idx: j as isize })?.into_any())
+}
+
+/// `SequenceKey(j)` for `j` from `SHARED_SEQUENCE_KEYS` on, made when a list that long is
+/// first walked with key paths and shared from then on, up to `LONG_SEQUENCE_KEYS_MAX`:
+/// making and freeing a key object per item was a third of a 100,000-item list's flatten
+/// with key paths (callgrind: 1,336 instructions an item). A few MiB at most, as the dict
+/// templates of unflatten keep.
+static LONG_SEQUENCE_KEYS: std::sync::Mutex<Vec<Py<SequenceKey>>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// The most `SequenceKey`s shared in all (`SHARED_SEQUENCE_KEYS` of them always).
+const LONG_SEQUENCE_KEYS_MAX: usize = 131_072;
+
+fn long_sequence_keys() -> std::sync::MutexGuard<'static, Vec<Py<SequenceKey>>> {
+    // The vector is valid whatever a panicking holder left: keys are only appended.
+    LONG_SEQUENCE_KEYS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Appends `SequenceKey(0)` to `SequenceKey(n - 1)` for a sequence longer than
+/// `SHARED_SEQUENCE_KEYS`, shared up to `LONG_SEQUENCE_KEYS_MAX`.
+fn push_long_sequence_keys<'py>(py: Python<'py>, n: usize, out: &mut KeyBuf<'py>) -> PyResult<()> {
+    let shared = shared_sequence_keys(py)?;
+    out.extend(shared.iter().map(|k| k.bind(py).clone().into_any()));
+    let want = n.min(LONG_SEQUENCE_KEYS_MAX) - shared.len();
+    let have = long_sequence_keys().len();
+    if have < want {
+        // Made with no lock held: making an object may start a collection, whose finalizers
+        // may walk a tree too.
+        let made = (shared.len() + have..shared.len() + want)
+            .map(|i| Py::new(py, SequenceKey { idx: i as isize }))
+            .collect::<PyResult<Vec<_>>>()?;
+        let mut keys = long_sequence_keys();
+        // Another walk may have grown the vector meanwhile: its keys are the same.
+        let extra = if keys.len() == have {
+            keys.extend(made);
+            Vec::new()
+        } else {
+            made
+        };
+        drop(keys);
+        drop(extra);
+    }
+    out.extend(
+        long_sequence_keys()
+            .iter()
+            .take(want)
+            .map(|k| k.bind(py).clone().into_any()),
+    );
+    for j in out.len()..n {
+        out.push(Bound::new(py, SequenceKey { idx: j as isize })?.into_any());
+    }
+    Ok(())
+}
+
+/// `keys`, each shared when one is (`j` below `SHARED_SEQUENCE_KEYS`), else made by `make`.
+fn push_shared<'py, T>(
+    py: Python<'py>,
+    shared: &[Py<T>],
+    n: usize,
+    out: &mut KeyBuf<'py>,
+    make: impl Fn(usize) -> PyResult<Bound<'py, PyAny>>,
+) -> PyResult<()> {
+    for j in 0..n {
+        out.push(match shared.get(j) {
+            Some(key) => key.bind(py).clone().into_any(),
+            None => make(j)?,
+        });
+    }
+    Ok(())
 }
 
 /// Whether `obj` is one of the key classes (oxtree's, or JAX's, which share their names).
@@ -252,9 +336,243 @@ pub fn node_keys<'py>(
     node: &Node,
     style: KeyStyle,
 ) -> PyResult<Vec<Bound<'py, PyAny>>> {
-    (0..node.arity)
-        .map(|j| child_key(py, node, j, style))
-        .collect()
+    let mut keys = KeyBuf::with_capacity(node.arity);
+    push_node_keys(py, node, style, &mut keys, &mut FieldKeys::default())?;
+    Ok(keys)
+}
+
+/// Keys on their way into paths.
+type KeyBuf<'py> = Vec<Bound<'py, PyAny>>;
+
+/// The keys of the last node whose children are named fields, by the identity of what names
+/// them (a namedtuple's type, a registered dataclass's name list, both held by the treespec
+/// for the walk): nodes of one class come in runs, as in a list of dataclasses, whose keys
+/// were then looked up in the key cache per node (95 instructions a key).
+#[derive(Default)]
+struct FieldKeys<'py> {
+    id: usize,
+    keys: SmallVec<[Bound<'py, PyAny>; 4]>,
+}
+
+/// Appends the keys of all children of `node` to `out`, left to right: what `child_key`
+/// gives for each, with what every child shares (the shared key vector, a namedtuple's
+/// `_fields`, a key cache's borrow) looked up once per node. Per child, `child_key` spent
+/// most of a key path's key making there (callgrind, a 1,000-leaf mixed tree: 129
+/// instructions a key, 250 for a namedtuple field).
+fn push_node_keys<'py>(
+    py: Python<'py>,
+    node: &Node,
+    style: KeyStyle,
+    out: &mut KeyBuf<'py>,
+    last: &mut FieldKeys<'py>,
+) -> PyResult<()> {
+    let n = node.arity;
+    out.reserve(n);
+    let sequence = matches!(node.kind, Kind::Tuple | Kind::List | Kind::Deque);
+    match style {
+        KeyStyle::Keys if sequence => {
+            let shared = shared_sequence_keys(py)?;
+            if n > shared.len() {
+                return push_long_sequence_keys(py, n, out);
+            }
+            return push_shared(py, shared, n, out, |j| sequence_key(py, j));
+        }
+        // optree's raw entries name only registered nodes' children: the rest are indices.
+        KeyStyle::Raw
+            if node.kind != Kind::Custom && node.keys().is_none() && node.entries().is_none() =>
+        {
+            for j in 0..n {
+                out.push(j.into_pyobject(py)?.into_any());
+            }
+            return Ok(());
+        }
+        KeyStyle::Steps => return push_each_key(py, node, style, out),
+        _ => {}
+    }
+    if let Some(keys) = node.keys() {
+        let keys = keys.bind(py);
+        if keys.len() != n {
+            return push_each_key(py, node, style, out);
+        }
+        let base = out.len();
+        out.extend(keys.iter());
+        if style == KeyStyle::Keys {
+            share_keys(py, &DICT_KEYS, &mut out[base..], |k| {
+                Ok(Bound::new(py, DictKey { key: k.unbind() })?.into_any())
+            })?;
+        }
+        return Ok(());
+    }
+    if node.entries().is_some() {
+        return push_each_key(py, node, style, out);
+    }
+    if style == KeyStyle::Keys {
+        if let Some(crate::registry::Rule::Dataclass { keys: Some(_), .. }) =
+            node.custom().map(|reg| &reg.rule)
+        {
+            return push_each_key(py, node, style, out);
+        }
+    }
+    let id = field_names_id(py, node);
+    if id != 0 && last.id == id && last.keys.len() == n {
+        out.extend(last.keys.iter().cloned());
+        return Ok(());
+    }
+    let base = out.len();
+    if !push_field_names(py, node, out)? {
+        out.truncate(base);
+        if style == KeyStyle::Keys
+            && node.kind == Kind::Custom
+            && node
+                .custom()
+                .and_then(|r| crate::registry::child_names(r))
+                .is_none()
+        {
+            let shared = shared_flattened_index_keys(py)?;
+            return push_shared(py, shared, n, out, |j| flattened_index_key(py, j));
+        }
+        return push_each_key(py, node, style, out);
+    }
+    if style == KeyStyle::Keys {
+        share_keys(py, &ATTR_KEYS, &mut out[base..], |n| {
+            let name = n.cast_into::<PyString>()?.unbind();
+            Ok(Bound::new(py, GetAttrKey { name })?.into_any())
+        })?;
+    }
+    if id != 0 {
+        last.id = id;
+        last.keys = out[base..].iter().cloned().collect();
+    }
+    Ok(())
+}
+
+/// What names the children of a namedtuple or registered dataclass node (see `FieldKeys`),
+/// as an address; 0 for other nodes.
+fn field_names_id(py: Python<'_>, node: &Node) -> usize {
+    match node.kind {
+        Kind::NamedTuple => node.kept_data(py).as_ptr() as usize,
+        Kind::Custom => node
+            .custom()
+            .and_then(|r| crate::registry::child_names(r))
+            .map_or(0, |names| names.as_ptr() as usize),
+        _ => 0,
+    }
+}
+
+/// `child_key` for each child of `node`, left to right.
+fn push_each_key<'py>(
+    py: Python<'py>,
+    node: &Node,
+    style: KeyStyle,
+    out: &mut KeyBuf<'py>,
+) -> PyResult<()> {
+    for j in 0..node.arity {
+        out.push(child_key(py, node, j, style)?);
+    }
+    Ok(())
+}
+
+/// Appends the field names of all children of a namedtuple, struct sequence or registered
+/// dataclass node, as `field_name` gives them; false (with some pushed) when a child has
+/// none or the node is of another kind, for the caller to fall back on `child_key`.
+fn push_field_names<'py>(py: Python<'py>, node: &Node, out: &mut KeyBuf<'py>) -> PyResult<bool> {
+    let n = node.arity;
+    match node.kind {
+        Kind::NamedTuple => {
+            // `_fields` read once, where `field_name_at` reads it per child.
+            let fields = node.kept_data(py).getattr(pyo3::intern!(py, "_fields"))?;
+            let Ok(fields) = fields.cast::<PyTuple>() else {
+                return Ok(false);
+            };
+            if fields.len() < n {
+                return Ok(false);
+            }
+            for name in fields.iter().take(n) {
+                if !name.is_instance_of::<PyString>() {
+                    return Ok(false);
+                }
+                out.push(name);
+            }
+            Ok(true)
+        }
+        Kind::Custom => {
+            let Some(names) = node.custom().and_then(|r| crate::registry::child_names(r)) else {
+                return Ok(false);
+            };
+            if names.len() < n {
+                return Ok(false);
+            }
+            out.extend(
+                names[..n]
+                    .iter()
+                    .map(|name| name.bind(py).clone().into_any()),
+            );
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
+/// Replaces each of `keys` (str or int entries) by its shared key object from `cache`,
+/// made by `make` when missing, as `shared_key` does one at a time: the cache is borrowed
+/// once for the found ones.
+fn share_keys<'py>(
+    py: Python<'py>,
+    cache: &'static KeyCache,
+    keys: &mut [Bound<'py, PyAny>],
+    make: impl Fn(Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>>,
+) -> PyResult<()> {
+    let mut missing: SmallVec<[usize; 8]> = SmallVec::new();
+    cache.with(|c| {
+        let map = c.borrow();
+        for (i, key) in keys.iter_mut().enumerate() {
+            let cacheable =
+                key.is_exact_instance_of::<PyString>() || key.is_exact_instance_of::<PyInt>();
+            match map.get(&(key.as_ptr() as usize)) {
+                Some(found) if cacheable => *key = found.bind(py).clone(),
+                _ => missing.push(i),
+            }
+        }
+    });
+    // No borrow is held while a key object is made (that may run Python code).
+    for i in missing {
+        keys[i] = shared_key(py, cache, keys[i].clone(), &make)?;
+    }
+    Ok(())
+}
+
+/// The most leaves of a tuple or list whose leaves' paths are made once and shared.
+const SHARED_PATHS_MAX: usize = 16;
+
+/// `(j,)` and `(SequenceKey(j),)` for `j` up to `SHARED_PATHS_MAX`, by style (Raw, Keys).
+static SEQUENCE_PATHS: [pyo3::sync::PyOnceLock<Vec<Py<PyTuple>>>; 2] =
+    [const { pyo3::sync::PyOnceLock::new() }; 2];
+
+/// The paths of the leaves of a tuple or list of `n` leaves, shared tuples (paths are
+/// immutable); None when `n` or the style has none.
+pub fn shared_sequence_paths(
+    py: Python<'_>,
+    n: usize,
+    style: KeyStyle,
+) -> PyResult<Option<Vec<Bound<'_, PyTuple>>>> {
+    let slot = match style {
+        KeyStyle::Raw => 0,
+        KeyStyle::Keys => 1,
+        KeyStyle::Steps => return Ok(None),
+    };
+    if n > SHARED_PATHS_MAX {
+        return Ok(None);
+    }
+    let paths = SEQUENCE_PATHS[slot].get_or_try_init(py, || {
+        let node = Node::bare(Kind::Tuple, SHARED_PATHS_MAX, SHARED_PATHS_MAX, 0);
+        node_keys(py, &node, style)?
+            .into_iter()
+            .map(|key| Ok(PyTuple::new(py, [key])?.unbind()))
+            .collect::<PyResult<Vec<_>>>()
+    })?;
+    Ok(Some(
+        paths[..n].iter().map(|p| p.bind(py).clone()).collect(),
+    ))
 }
 
 /// The path of every leaf of `spec`, left to right.
@@ -262,30 +580,42 @@ pub fn node_keys<'py>(
 /// The nodes are in post-order, so walking them from the last (the root) to the first visits
 /// each node before its children and the children right to left: one pass over the node
 /// list, with a stack of the nodes still open (each with the count of its children still to
-/// come) beside the prefix of keys, and the paths made right to left.
+/// come) beside the prefix of keys, and the paths made right to left. Opening a node pushes
+/// the keys of all its children at once (`push_node_keys`); each child then moves its key
+/// from there onto the prefix.
 pub fn leaf_paths<'py>(
     spec: &PyTreeSpec,
     py: Python<'py>,
     style: KeyStyle,
 ) -> PyResult<Vec<Bound<'py, PyTuple>>> {
     let mut out = Vec::with_capacity(spec.num_leaves());
-    // On the native stack while small: growing them from empty was a tenth of the paths of a
-    // 3-leaf tuple, and allocating them up front a twentieth.
-    let mut prefix: SmallVec<[Bound<'py, PyAny>; 16]> = SmallVec::new();
-    let mut open: SmallVec<[(usize, usize); 16]> = SmallVec::new();
-    for (idx, node) in spec.nodes.iter().enumerate().rev() {
-        if let Some((parent, left)) = open.last_mut() {
+    // This thread's spare buffers (free once a flatten is done: a nested call finds them
+    // taken and allocates), not small vectors on the native stack: on a 1,000-leaf mixed tree
+    // the small vectors' inline-or-heap test on every push and pop was a fifth of the walk,
+    // and fresh vectors cost a 10-key dict's paths 380 instructions (callgrind).
+    let mut prefix = crate::spare::take(crate::spare::Slot::Values, 16);
+    let mut open: Vec<usize> = Vec::with_capacity(32);
+    // The keys of the children still to come of the open nodes, each node's last child's
+    // key on top.
+    let mut waiting = crate::spare::take(crate::spare::Slot::Pending, 32);
+    let mut last = FieldKeys::default();
+    for node in spec.nodes.iter().rev() {
+        if let Some(left) = open.last_mut() {
             *left -= 1;
-            prefix.push(child_key(py, &spec.nodes[*parent], *left, style)?);
+            let key = waiting
+                .pop()
+                .ok_or_else(|| crate::internal!("a child without its key"))?;
+            prefix.push(key);
         }
         if node.kind == Kind::Leaf {
-            out.push(crate::ffi::tuple_from(py, prefix.iter().cloned())?);
+            out.push(crate::ffi::tuple_of(py, &prefix)?);
         } else if node.arity > 0 {
-            open.push((idx, node.arity));
+            push_node_keys(py, node, style, &mut waiting, &mut last)?;
+            open.push(node.arity);
             continue;
         }
         // The node is done: drop its key, and close each open node whose last child it was.
-        while let Some(&(_, left)) = open.last() {
+        while let Some(&left) = open.last() {
             prefix.pop();
             if left > 0 {
                 break;
@@ -293,6 +623,8 @@ pub fn leaf_paths<'py>(
             open.pop();
         }
     }
+    crate::spare::give_back(crate::spare::Slot::Values, prefix);
+    crate::spare::give_back(crate::spare::Slot::Pending, waiting);
     out.reverse();
     Ok(out)
 }
