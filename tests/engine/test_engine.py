@@ -910,3 +910,36 @@ def test_dicts_with_the_same_key_objects_keep_their_own_orders() -> None:
     data.reverse()
     assert specs[2].node_data() == sorted(keys)
     assert list(specs[2].unflatten(range(len(keys)))) == keys
+
+
+@pytest.mark.parametrize("n", [16, 17, 40])
+@pytest.mark.parametrize("face", ["optree", "jax"])
+def test_tree_map_pairs_values_of_large_dicts_by_key(n: int, face: str) -> None:
+    # Dicts above the engine's lookup-per-key size, with the same key objects in the same
+    # order, another order, with one key swapped for an equal copy, and with one missing:
+    # values are paired by key, and a missing key is reported as optree/JAX report it.
+    import random
+    import re
+
+    rng = random.Random(n)
+    keys = [f"k{i:03d}" for i in range(n)]
+    rng.shuffle(keys)
+    tree = {k: i for i, k in enumerate(keys)}
+    equal_copy = "".join(list(keys[n // 2]))
+    others = [
+        {k: -v for k, v in tree.items()},
+        {k: -tree[k] for k in reversed(keys)},
+        {(equal_copy if k == equal_copy else k): -v for k, v in tree.items()},
+    ]
+    tree_map = oxtree.tree_map if face == "optree" else oxtree.tree_util.tree_map
+    for other in others:
+        result = tree_map(lambda a, b: (a, b), tree, other)
+        # optree rebuilds the first tree's insertion order, JAX sorts.
+        assert list(result) == (keys if face == "optree" else sorted(keys))
+        assert result == {k: (v, -v) for k, v in tree.items()}
+    missing = {k: 0 for k in keys[:-1]} | {"zz": 0}
+    peer = optree.tree_map if face == "optree" else __import__("jax").tree_util.tree_map
+    with pytest.raises(ValueError, match=r"(?i)key") as want:
+        peer(lambda a, b: a, tree, missing)
+    with pytest.raises(ValueError, match=re.escape(str(want.value).splitlines()[0])):
+        tree_map(lambda a, b: a, tree, missing)
