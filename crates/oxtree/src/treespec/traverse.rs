@@ -59,6 +59,9 @@ fn walk<'py, const RIGHT_FIRST: bool>(
             }
             _ => {}
         }
+        if !RIGHT_FIRST && exact_sequence(spec, idx, &obj, out, &mut stack)? {
+            continue;
+        }
         children.clear();
         if let Some(why) = node_children(py, node, &obj, registry, spec.face, &mut children)? {
             return Ok(Some((idx, obj, why)));
@@ -84,6 +87,60 @@ fn walk<'py, const RIGHT_FIRST: bool>(
         }
     }
     Ok(None)
+}
+
+/// The left-to-right walk's step at a tuple or list node `idx` when `obj` is exactly of its
+/// type and length: its items go straight onto `stack` (or `out`, when they are all leaves),
+/// with no trip through `node_children` and its vector (chain500 map2: 356k -> 334k
+/// instructions). False, nothing done, for any other node or object (`node_children` then
+/// takes it, and names any mismatch).
+#[inline(always)]
+fn exact_sequence<'py>(
+    spec: &PyTreeSpec,
+    idx: usize,
+    obj: &Bound<'py, PyAny>,
+    out: &mut Vec<Bound<'py, PyAny>>,
+    stack: &mut Vec<(Bound<'py, PyAny>, usize)>,
+) -> PyResult<bool> {
+    let node = &spec.nodes[idx];
+    let n = match node.kind {
+        Kind::List => obj.cast_exact::<PyList>().map(|l| l.len()),
+        Kind::Tuple => obj.cast_exact::<PyTuple>().map(|t| t.len()),
+        _ => return Ok(false),
+    };
+    if n.ok() != Some(node.arity) {
+        return Ok(false);
+    }
+    if node.num_nodes == node.arity + 1 && node.num_leaves == node.arity {
+        // All children are leaves: the next leaves, in order (see `walk`).
+        crate::ffi::extend_with_items(out, obj);
+        return Ok(true);
+    }
+    // Right to left, so the leftmost child is walked first; the items are all taken before
+    // anything else runs.
+    let start = stack.len();
+    let mut child_idx = idx - 1;
+    for i in (0..node.arity).rev() {
+        let item = match node.kind {
+            Kind::List => obj
+                .cast_exact::<PyList>()
+                .ok()
+                .and_then(|l| crate::ffi::list_item(l, i)),
+            _ => obj
+                .cast_exact::<PyTuple>()
+                .ok()
+                .and_then(|t| crate::ffi::tuple_item(t, i)),
+        };
+        let Some(item) = item else {
+            stack.truncate(start);
+            return Err(crate::internal!(
+                "a sequence shorter than its checked length"
+            ));
+        };
+        stack.push((item, child_idx));
+        child_idx = child_idx.wrapping_sub(spec.nodes[child_idx].num_nodes);
+    }
+    Ok(true)
 }
 
 /// The error for a walk that found a mismatch: the one the peers report first (they walk
