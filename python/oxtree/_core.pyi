@@ -78,6 +78,7 @@ __all__ = [
     "PrefixError",
     "_prefix_errors",
     "_node_kind",
+    "_jax_only_node",
     "_unflatten_node",
     "_broadcast_prefix",
     "_broadcast_common",
@@ -533,6 +534,7 @@ def _prefix_errors(
 def _node_kind(
     cls: object, /, *, none_is_leaf: bool = False, namespace: str = "", jax: bool = False
 ) -> PyTreeKind: ...
+def _jax_only_node(value: object, /) -> bool: ...
 def _unflatten_node(treespec: PyTreeSpec, metadata: Any, children: Iterable[Any], /) -> Any: ...
 def _broadcast_prefix(
     prefix_tree: Any,

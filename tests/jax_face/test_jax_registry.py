@@ -240,3 +240,52 @@ def test_a_registered_dataclass_is_walked_natively() -> None:
     # on), so no Python function is called per node.
     assert jax_registry.describe(Pair)[:3] == ("dataclass", ("a",), ("b",))
     assert OTU.tree_leaves(Pair(1, 2)) == JTU.tree_leaves(Pair(1, 2)) == [1]
+
+
+def test_jax_only_node_names_what_jax_alone_registers() -> None:
+    """`_jax_only_node`: a node JAX registers and oxtree's global namespace does not; the
+    builtin node kinds (JAX registers OrderedDict and defaultdict too) and leaves are not."""
+    import collections
+
+    from jax.tree_util import Partial
+    from oxtree._core import _jax_only_node
+
+    class JaxOnly:
+        def __init__(self, x: object) -> None:
+            self.x = x
+
+    class Both(JaxOnly):
+        pass
+
+    class InNamespace(JaxOnly):
+        pass
+
+    for cls in (JaxOnly, Both, InNamespace):
+        JTU.register_pytree_node(cls, lambda o: ((o.x,), None), lambda _, c, cls=cls: cls(*c))
+    oxtree.register_pytree_node(Both, lambda o: ((o.x,), None), lambda _, c: Both(*c), namespace="")
+    oxtree.register_pytree_node(
+        InNamespace, lambda o: ((o.x,), None), lambda _, c: InNamespace(*c), namespace="ns"
+    )
+    try:
+        point = collections.namedtuple("point", "x y")
+        expected = {
+            "a class only JAX registers": (JaxOnly(1), True),
+            "jax.tree_util.Partial": (Partial(print), True),
+            "a class oxtree registers globally too": (Both(1), False),
+            "a class oxtree registers in a namespace only": (InNamespace(1), True),
+            "OrderedDict": (collections.OrderedDict(a=1), False),
+            "defaultdict": (collections.defaultdict(int), False),
+            "a namedtuple": (point(1, 2), False),
+            "a tuple": ((1, 2), False),
+            "None": (None, False),
+            "an array": (jnp.ones(2), False),
+            "a function": (print, False),
+            "a type": (int, False),
+        }
+        got = {name: _jax_only_node(value) for name, (value, _) in expected.items()}
+        assert got == {name: want for name, (_, want) in expected.items()}
+        # What the JAX face's walk does with each: a JAX-only node is taken apart.
+        assert OTU.tree_leaves(JaxOnly(7)) == [7]
+    finally:
+        oxtree.unregister_pytree_node(Both, namespace="")
+        oxtree.unregister_pytree_node(InNamespace, namespace="ns")

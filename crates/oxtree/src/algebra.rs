@@ -62,6 +62,31 @@ pub fn _node_kind<'py>(
     kind.to_py(py)
 }
 
+/// Whether `value` is a node that JAX registers and oxtree does not (an equinox module, a
+/// `flax.struct` dataclass, an NNX `State`, a `jax.tree_util.Partial`): the JAX face's walk
+/// would take it apart with JAX's rule. False for every builtin node kind, for any type
+/// registered with oxtree in its global namespace, and whenever JAX is not imported. What
+/// makes a Module attribute a parameter by itself; a leaf type, once known, costs a hash
+/// lookup.
+///
+/// >>> _jax_only_node(1.0), _jax_only_node((1, 2)), _jax_only_node({'a': 1})
+/// (False, False, False)
+#[pyfunction]
+#[pyo3(signature = (value, /))]
+pub fn _jax_only_node(value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let ty = value.get_type();
+    registry::with_registry(|reg| {
+        let seen_by = crate::jax_registry::Sighting::default();
+        Ok(
+            match classify::classify_type(&ty, false, reg, "", Face::Jax, Some(&seen_by))? {
+                // The registry is asked first: a registration found there is oxtree's own.
+                Class::Custom(_) => reg.lookup(ty.as_type_ptr(), "").is_none(),
+                _ => false,
+            },
+        )
+    })
+}
+
 /// Rebuilds the root node of `treespec`, a registered node, from `metadata` (in the form
 /// its `node_data()` shows: a dataclass's meta fields as `((name, value), ...)`) and
 /// `children`, through its registration: what optree's `tree_flatten_one_level` hands out as

@@ -101,8 +101,8 @@ mod _core {
     // kind and rebuilding one registered node.
     #[pymodule_export]
     use crate::algebra::{
-        _broadcast_common, _broadcast_prefix, _node_kind, _transpose_outputs, _tree_all,
-        _tree_reduce, _tree_reduce_associative, _tree_transpose, _unflatten_node,
+        _broadcast_common, _broadcast_prefix, _jax_only_node, _node_kind, _transpose_outputs,
+        _tree_all, _tree_reduce, _tree_reduce_associative, _tree_transpose, _unflatten_node,
     };
 
     #[pymodule_export]

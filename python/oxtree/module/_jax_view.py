@@ -5,20 +5,16 @@
 from __future__ import annotations
 
 import functools
-import sys
-import types
 from collections.abc import Callable
 from typing import Any
 
 from oxtree._core import (
     GetAttrKey,
-    PyTreeKind,
-    _node_kind,
+    _jax_only_node,
     _tree_flatten_jax_registry,
     graph_flatten,
     graph_unflatten,
     keystr,
-    registered_types,
 )
 
 TYPE_CHECKING = False
@@ -111,42 +107,20 @@ def _graph_children_with_keys(m: Module) -> tuple[list[tuple[Any, Any]], Any]:
 # What JAX calls to rebuild one: the core's graph_unflatten(graphdef, children) as it is.
 _graph_rebuild: Callable[[Any, Any], Any] = graph_unflatten
 
-# Types whose instances are never nodes that JAX alone registers: most configuration values,
-# answered by one set lookup.
-_NOT_JAX_NODES = frozenset(
-    {int, float, complex, bool, str, bytes, type(None), set, frozenset, type}
-    | {types.FunctionType, types.BuiltinFunctionType, types.MethodType}
-)
-
-
-def _jax_node(value: Any) -> bool:
-    """Whether ``value`` is a node that JAX registers and oxtree does not (an equinox module,
-    a flax.struct dataclass, an NNX State, a ``jax.tree_util.Partial``). Never imports JAX."""
-    cls = type(value)
-    if cls in _NOT_JAX_NODES:
-        return False
-    # JAX's own registry first: one C++ lookup says no for a leaf type (the core's answer,
-    # asked next, costs a microsecond).
-    tu = sys.modules.get("jax._src.tree_util")
-    if tu is None or not tu.default_registry.is_node(cls):
-        return False
-    # A Module class is registered in oxtree when it is defined, so this leaves it out.
-    return _node_kind(cls, jax=True) is PyTreeKind.CUSTOM and cls not in registered_types()
-
 
 def _holds_jax_nodes(value: Any) -> bool:
-    """A JAX node (see :func:`_jax_node`), or a non-empty list, tuple or dict of them: what an
-    attribute holds that becomes a ``PARAMETER`` by itself."""
+    """A node that JAX registers and oxtree does not (an equinox module, a flax.struct
+    dataclass, an NNX State, a ``jax.tree_util.Partial``: the core's ``_jax_only_node``), or
+    a non-empty list, tuple or dict of them: what an attribute holds that becomes a
+    ``PARAMETER`` by itself."""
     if isinstance(value, list | tuple):
         items: Any = value
     elif isinstance(value, dict):
         items = value.values()
     else:
-        return _jax_node(value)
-    # A container of plain values (sizes, names) is answered by its first item's type.
-    return (
-        bool(items) and type(next(iter(items))) not in _NOT_JAX_NODES and all(map(_jax_node, items))
-    )
+        return _jax_only_node(value)
+    # A container of plain values (sizes, names) is answered by its first item.
+    return bool(items) and all(map(_jax_only_node, items))
 
 
 def _nones(value: Any) -> Any:

@@ -24,7 +24,6 @@ from oxtree._core import (
 from oxtree.module._axes import Axes
 from oxtree.module._filters import All, _Leaves
 from oxtree.module._jax_view import (
-    _NOT_JAX_NODES,
     _graph_children,
     _graph_children_with_keys,
     _graph_rebuild,
@@ -341,7 +340,7 @@ class Module:
             if _holds_modules(value):
                 self._register_kind(name, value, Kind.MODULE, assigned=True)
                 return
-            if type(value) not in _NOT_JAX_NODES and _holds_jax_nodes(value):
+            if _holds_jax_nodes(value):
                 self._register_kind(name, value, Kind.PARAMETER, assigned=True)
                 return
             if is_array(value):
