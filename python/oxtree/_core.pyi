@@ -215,6 +215,8 @@ class _Node:
         insertion: tuple[int, ...] | None = None,
         custom_type: type | None = None,
         entries: tuple[Any, ...] | None = None,
+        *,
+        index: int | None = None,
     ) -> Self: ...
     @property
     def kind(self) -> PyTreeKind: ...

@@ -276,7 +276,7 @@ def treespec_from_json(
                 raise ValueError("custom nodes have no JSON form")
         except (IndexError, TypeError) as e:
             raise ValueError(f"treespec_from_json: node {i} is malformed: {node!r:.200}") from e
-        spec_nodes.append(_Node(kind, arity, data, keys, insertion))
+        spec_nodes.append(_Node(kind, arity, data, keys, insertion, index=i))
     return PyTreeSpec._from_nodes(
         spec_nodes, none_is_leaf=doc.get("none_is_leaf"), namespace=doc.get("namespace")
     )

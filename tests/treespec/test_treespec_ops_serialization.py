@@ -485,6 +485,22 @@ def test_corrupted_json_raises_value_error(doc: Any) -> None:
             oxtree.treespec_from_json(json.dumps(doc), types=[Coord])
 
 
+@pytest.mark.parametrize("name", ["insertion-negative", "insertion-strings", "arity-negative"])
+def test_json_errors_name_the_node(name: str) -> None:
+    """A node that fails its own field check is named by its position, as every other
+    node error of the loader is."""
+    if name == "arity-negative":
+        doc = copy.deepcopy(BASE_DOC)
+        doc["nodes"][0][1] = -1
+        at = 0
+    else:
+        doc = CORRUPTED_DOCS[name]
+        at = len(doc["nodes"]) - 1
+    with pytest.raises(ValueError, match=rf"^invalid PyTreeSpec state: node {at}: ") as info:
+        oxtree.treespec_from_json(doc, types=[Coord])
+    assert "_Node" not in str(info.value)
+
+
 def test_base_document_is_valid() -> None:
     """The corrupted documents above differ from a good one in one place each."""
     spec = oxtree.treespec_from_json(json.dumps(BASE_DOC), types=[Coord])

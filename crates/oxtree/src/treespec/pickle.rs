@@ -158,7 +158,7 @@ impl PyNode {
 #[pymethods]
 impl PyNode {
     #[new]
-    #[pyo3(signature = (kind, arity, data = None, keys = None, insertion = None, custom_type = None, entries = None))]
+    #[pyo3(signature = (kind, arity, data = None, keys = None, insertion = None, custom_type = None, entries = None, *, index = None))]
     #[allow(clippy::too_many_arguments)]
     fn py_new(
         py: Python<'_>,
@@ -169,7 +169,11 @@ impl PyNode {
         insertion: Option<Bound<'_, PyAny>>,
         custom_type: Option<Bound<'_, PyAny>>,
         entries: Option<Bound<'_, PyAny>>,
+        index: Option<usize>,
     ) -> PyResult<PyNode> {
+        // A loader building node `index` of a state names it in its errors, as the pickle
+        // loader does.
+        let at = index.map_or_else(|| "_Node".to_owned(), |i| format!("node {i}"));
         PyNode::read(
             kind,
             arity,
@@ -178,7 +182,7 @@ impl PyNode {
             &none_or(py, insertion),
             &none_or(py, custom_type),
             &none_or(py, entries),
-            "_Node",
+            &at,
         )
     }
 
