@@ -912,12 +912,13 @@ def test_dicts_with_the_same_key_objects_keep_their_own_orders() -> None:
     assert list(specs[2].unflatten(range(len(keys)))) == keys
 
 
-@pytest.mark.parametrize("n", [16, 17, 40])
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 9, 16, 17, 40])
 @pytest.mark.parametrize("face", ["optree", "jax"])
-def test_tree_map_pairs_values_of_large_dicts_by_key(n: int, face: str) -> None:
-    # Dicts above the engine's lookup-per-key size, with the same key objects in the same
-    # order, another order, with one key swapped for an equal copy, and with one missing:
-    # values are paired by key, and a missing key is reported as optree/JAX report it.
+def test_tree_map_pairs_values_of_dicts_by_key(n: int, face: str) -> None:
+    # Dicts small and large (the engine reads their values off the table when they hold the
+    # first tree's very key objects), with the same key objects in the same order, another
+    # order, with one key swapped for an equal copy, and with one missing: values are paired
+    # by key, and a missing key is reported as optree/JAX report it.
     import random
     import re
 

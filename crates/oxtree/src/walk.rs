@@ -260,8 +260,9 @@ fn map_sequence<'py>(
 }
 
 /// `func(leaf, *(o[i] for o in others))` for each leaf in order, the results kept when
-/// `keep_results` says: a vectorcall of one or two arguments, a tuple of arguments only
-/// for more. The number of trees is matched once, outside the loops.
+/// `keep_results` says: a vectorcall of borrowed arguments (`ffi::call_borrowed`), a tuple
+/// of arguments only past `ffi::MAX_CALL_ARGS`. The number of trees is matched once,
+/// outside the loops.
 #[inline(always)]
 fn call_each<'py>(
     func: &Bound<'py, PyAny>,
@@ -279,12 +280,21 @@ fn call_each<'py>(
     match others {
         [] => {
             for leaf in leaves {
-                keep(func.call1((leaf,))?);
+                keep(crate::ffi::call_borrowed(func, &[leaf])?);
             }
         }
         [other] => {
             for (leaf, o) in leaves.iter().zip(other) {
-                keep(func.call1((leaf, o))?);
+                keep(crate::ffi::call_borrowed(func, &[leaf, o])?);
+            }
+        }
+        _ if others.len() < crate::ffi::MAX_CALL_ARGS => {
+            for (i, leaf) in leaves.iter().enumerate() {
+                let mut args = [leaf; crate::ffi::MAX_CALL_ARGS];
+                for (arg, o) in args[1..].iter_mut().zip(others) {
+                    *arg = &o[i];
+                }
+                keep(crate::ffi::call_borrowed(func, &args[..=others.len()])?);
             }
         }
         _ => {

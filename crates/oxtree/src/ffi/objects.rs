@@ -80,6 +80,69 @@ pub fn call_method_kw<'py>(
     }
 }
 
+/// The most arguments `call_borrowed` passes (on the native stack).
+pub const MAX_CALL_ARGS: usize = 8;
+
+/// `func(*args)` by vectorcall with the arguments borrowed: no argument tuple and no
+/// reference counted per argument (pyo3's `call1` of a tuple of one leaf cost 37
+/// instructions a call, much of `tree_map`'s own work per leaf). More than
+/// `MAX_CALL_ARGS` arguments raise SystemError.
+#[inline(always)]
+pub fn call_borrowed<'py>(
+    func: &Bound<'py, PyAny>,
+    args: &[&Bound<'py, PyAny>],
+) -> PyResult<Bound<'py, PyAny>> {
+    match *args {
+        [a] => vectorcall(func, [std::ptr::null_mut(), a.as_ptr()]),
+        [a, b] => vectorcall(func, [std::ptr::null_mut(), a.as_ptr(), b.as_ptr()]),
+        _ if args.len() <= MAX_CALL_ARGS => {
+            let mut slots = [std::ptr::null_mut(); MAX_CALL_ARGS + 1];
+            for (slot, arg) in slots[1..].iter_mut().zip(args) {
+                *slot = arg.as_ptr();
+            }
+            vectorcall_n(func, &mut slots, args.len())
+        }
+        _ => Err(crate::internal!(
+            "a call of more arguments than it can pass"
+        )),
+    }
+}
+
+/// `func(*slots[1..])`, slot 0 free for the callee.
+#[inline(always)]
+fn vectorcall<'py, const M: usize>(
+    func: &Bound<'py, PyAny>,
+    mut slots: [*mut sys::PyObject; M],
+) -> PyResult<Bound<'py, PyAny>> {
+    vectorcall_n(func, &mut slots, M - 1)
+}
+
+/// `func(*slots[1..n + 1])`, slot 0 free for the callee.
+#[inline(always)]
+fn vectorcall_n<'py>(
+    func: &Bound<'py, PyAny>,
+    slots: &mut [*mut sys::PyObject],
+    n: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    if n >= slots.len() {
+        return Err(crate::internal!("a call of more arguments than slots"));
+    }
+    // SAFETY: `slots[1..n + 1]` holds `n` live objects, borrowed for the call (the caller
+    // of `call_borrowed` holds them until it returns); slot 0 may be overwritten by the
+    // callee (the offset flag). The result is a new reference or NULL with an exception set.
+    unsafe {
+        Bound::from_owned_ptr_or_err(
+            func.py(),
+            sys::PyObject_Vectorcall(
+                func.as_ptr(),
+                slots.as_mut_ptr().add(1),
+                n | sys::PY_VECTORCALL_ARGUMENTS_OFFSET,
+                std::ptr::null_mut(),
+            ),
+        )
+    }
+}
+
 /// Stops the collector from tracking `obj`, which its owner vouches can be part of no
 /// reference cycle (an immutable object holding only atomic objects, or a private list of
 /// such). Harmless for an object the collector does not track.
