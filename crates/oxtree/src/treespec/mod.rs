@@ -57,6 +57,13 @@ pub struct PyTreeSpec {
     pub(crate) hash: OnceLock<isize>,
 }
 
+impl Drop for PyTreeSpec {
+    /// The node buffer goes to this thread's next walk (`flatten::give_back_nodes`).
+    fn drop(&mut self) {
+        flatten::give_back_nodes(flatten::Buffer::Nodes, std::mem::take(&mut self.nodes));
+    }
+}
+
 /// An empty node vector with room for `size` nodes, a number that came from the input
 /// (`None` when computing it overflowed).
 pub fn node_vec(size: Option<usize>, what: &str) -> PyResult<Nodes> {
