@@ -288,13 +288,13 @@ impl<
     fn presize(&mut self) {
         let (leaves, nodes) = SIZE_HINT.with(Cell::get);
         if NODES {
-            self.nodes = take_nodes(Buffer::Nodes, nodes);
+            self.nodes = super::take_nodes(super::Buffer::Nodes, nodes);
         }
         if LEAVES {
             self.leaves = crate::spare::take(crate::spare::Slot::Leaves, leaves);
         }
         self.pending = crate::spare::take(crate::spare::Slot::Pending, 0);
-        self.payloads = take_nodes(Buffer::Payloads, 0);
+        self.payloads = super::take_nodes(super::Buffer::Payloads, 0);
     }
 
     /// Keeps the pending stack's and the payload stack's buffers for the next walk (what an
@@ -304,7 +304,7 @@ impl<
             crate::spare::Slot::Pending,
             std::mem::take(&mut self.pending),
         );
-        give_back_nodes(Buffer::Payloads, std::mem::take(&mut self.payloads));
+        super::give_back_nodes(super::Buffer::Payloads, std::mem::take(&mut self.payloads));
     }
 
     /// Pushes `children` (in child order) to be visited by an `Items::Pending` frame.
@@ -907,48 +907,6 @@ thread_local! {
     static SIZE_HINT: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
     /// A walk stack's allocation, kept between walks on this thread (empty, lifetime erased).
     static SPARE_STACK: Cell<Option<Vec<Frame<'static>>>> = const { Cell::new(None) };
-}
-
-/// What a node buffer kept between walks is for: buffers in use at once take different slots.
-#[derive(Clone, Copy)]
-pub enum Buffer {
-    /// The nodes a walk makes, given back by the treespecs that held them when they die.
-    Nodes = 0,
-    /// A walk's payload stack (the nodes of open frames whose kinds carry data).
-    Payloads = 1,
-}
-
-thread_local! {
-    /// Empty node buffers kept between walks on this thread, by `Buffer`.
-    static SPARE_NODES: [Cell<Option<Vec<Node>>>; 2] =
-        const { [Cell::new(None), Cell::new(None)] };
-}
-
-/// The largest node buffer kept between walks, in nodes (4 MiB): larger ones are freed.
-const KEPT_NODES: usize = 1 << 16;
-
-/// Empty nodes with room for `capacity`, in this thread's spare buffer of `slot` when there
-/// is one. A loop flattening trees of one shape then never allocates nodes: its treespecs
-/// die, giving their buffers back, as fast as they are made (measured: the node buffer's and
-/// the payload stack's malloc and free were a twelfth of a 10-key dict's flatten).
-fn take_nodes(slot: Buffer, capacity: usize) -> Nodes {
-    let mut nodes = match SPARE_NODES.with(|s| s[slot as usize].take()) {
-        Some(buffer) => Nodes::from(buffer),
-        None => Nodes::new(),
-    };
-    nodes.reserve(capacity);
-    nodes
-}
-
-/// Releases what `nodes` hold and keeps their buffer for the next `take_nodes` of `slot`.
-pub fn give_back_nodes(slot: Buffer, nodes: Nodes) {
-    // Releasing may run Python code that walks again and takes or gives back this slot: the
-    // buffer is put back only once it is empty.
-    let buffer = nodes.into_buffer();
-    if buffer.capacity() > 0 && buffer.capacity() <= KEPT_NODES {
-        // A thread whose locals are being destroyed frees it instead.
-        let _ = SPARE_NODES.try_with(|s| s[slot as usize].set(Some(buffer)));
-    }
 }
 
 /// Frames a stack keeps between walks at most (a few hundred KiB): deeper walks allocate.
