@@ -39,20 +39,26 @@ pub fn move_last<'v, T>(from: &mut Vec<T>, to: &'v mut Vec<T>) -> Option<&'v mut
 /// called a function per element (an eighth of a 500-deep chain's flatten). A wrong vouch
 /// leaks, never frees twice.
 #[inline]
-pub fn drop_sparse<T>(v: Vec<T>, holds_something: impl Fn(&T) -> bool) {
-    let mut v = std::mem::ManuallyDrop::new(v);
-    for item in v.iter_mut() {
-        if holds_something(item) {
-            // SAFETY: each element is dropped at most once, here; the vector's length is set
-            // to zero below before its buffer is freed, so none is dropped again.
-            unsafe { std::ptr::drop_in_place(item) };
-        }
-    }
-    // SAFETY: the vector is still owned (ManuallyDrop); with length zero, dropping it frees
-    // the buffer and touches no element.
+pub fn drop_sparse<T>(mut v: Vec<T>, holds_something: impl Fn(&T) -> bool) {
+    clear_sparse(&mut v, holds_something);
+}
+
+/// `drop_sparse` that keeps the buffer: `v` is left empty, its capacity unchanged.
+#[inline]
+pub fn clear_sparse<T>(v: &mut Vec<T>, holds_something: impl Fn(&T) -> bool) {
+    let len = v.len();
+    // SAFETY: the length is cut to zero first, so no element is dropped twice even if a drop
+    // below panics (the rest then leak); each of the `len` initialized elements is dropped
+    // at most once, here.
     unsafe {
         v.set_len(0);
-        std::mem::ManuallyDrop::drop(&mut v);
+        let base = v.as_mut_ptr();
+        for i in 0..len {
+            let item = base.add(i);
+            if holds_something(&*item) {
+                std::ptr::drop_in_place(item);
+            }
+        }
     }
 }
 

@@ -157,6 +157,18 @@ impl<N: Slot> Nodes<N> {
         Vec::with_capacity(n).into()
     }
 
+    /// Empties these nodes (releasing what they hold, as dropping them would) and hands back
+    /// their buffer, for a later `Nodes` to be made in (`From<Vec<N>>`).
+    pub fn into_buffer(mut self) -> Vec<N> {
+        let mut vec = std::mem::take(&mut self.vec);
+        if self.holds {
+            super::memory::clear_sparse(&mut vec, |n| !n.holds_nothing());
+        } else {
+            super::memory::clear_sparse(&mut vec, |_| false);
+        }
+        vec
+    }
+
     #[inline]
     pub fn reserve(&mut self, more: usize) {
         self.vec.reserve(more);

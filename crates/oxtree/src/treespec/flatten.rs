@@ -278,7 +278,7 @@ impl<
         self.presize();
         let walked = self.walk(root, &mut stack);
         give_back_stack(stack);
-        self.give_back_pending();
+        self.give_back_buffers();
         walked?;
         Ok(self.finish())
     }
@@ -288,20 +288,23 @@ impl<
     fn presize(&mut self) {
         let (leaves, nodes) = SIZE_HINT.with(Cell::get);
         if NODES {
-            self.nodes.reserve(nodes);
+            self.nodes = super::take_nodes(super::Buffer::Nodes, nodes);
         }
         if LEAVES {
             self.leaves = crate::spare::take(crate::spare::Slot::Leaves, leaves);
         }
         self.pending = crate::spare::take(crate::spare::Slot::Pending, 0);
+        self.payloads = super::take_nodes(super::Buffer::Payloads, 0);
     }
 
-    /// Keeps the pending stack's buffer for the next walk (what an error left is released).
-    fn give_back_pending(&mut self) {
+    /// Keeps the pending stack's and the payload stack's buffers for the next walk (what an
+    /// error left in them is released).
+    fn give_back_buffers(&mut self) {
         crate::spare::give_back(
             crate::spare::Slot::Pending,
             std::mem::take(&mut self.pending),
         );
+        super::give_back_nodes(super::Buffer::Payloads, std::mem::take(&mut self.payloads));
     }
 
     /// Pushes `children` (in child order) to be visited by an `Items::Pending` frame.
@@ -1008,7 +1011,7 @@ fn run_graph_with<'py, P: Pred<'py>, const NONE_LEAF: bool>(
     let mut stack = take_stack();
     let walked = roots.iter().try_for_each(|root| f.walk(root, &mut stack));
     give_back_stack(stack);
-    f.give_back_pending();
+    f.give_back_buffers();
     walked?;
     if roots.len() != 1 {
         // Several roots (or none): the skeleton's root is a tuple of them.

@@ -24,6 +24,7 @@ pub mod select;
 pub mod traverse;
 pub mod unflatten;
 
+use std::cell::Cell;
 use std::sync::OnceLock;
 
 use pyo3::prelude::*;
@@ -55,6 +56,55 @@ pub struct PyTreeSpec {
     pub(crate) namespace: String,
     pub(crate) face: Face,
     pub(crate) hash: OnceLock<isize>,
+}
+
+impl Drop for PyTreeSpec {
+    /// The node buffer goes to this thread's next walk (`give_back_nodes`).
+    fn drop(&mut self) {
+        give_back_nodes(Buffer::Nodes, std::mem::take(&mut self.nodes));
+    }
+}
+
+/// What a node buffer kept between walks is for: buffers in use at once take different slots.
+#[derive(Clone, Copy)]
+pub enum Buffer {
+    /// The nodes a walk makes, given back by the treespecs that held them when they die.
+    Nodes = 0,
+    /// A walk's payload stack (the nodes of open frames whose kinds carry data).
+    Payloads = 1,
+}
+
+thread_local! {
+    /// Empty node buffers kept between walks on this thread, by `Buffer`.
+    static SPARE_NODES: [Cell<Option<Vec<Node>>>; 2] =
+        const { [Cell::new(None), Cell::new(None)] };
+}
+
+/// The largest node buffer kept between walks, in nodes (4 MiB): larger ones are freed.
+const KEPT_NODES: usize = 1 << 16;
+
+/// Empty nodes with room for `capacity`, in this thread's spare buffer of `slot` when there
+/// is one. A loop flattening trees of one shape then never allocates nodes: its treespecs
+/// die, giving their buffers back, as fast as they are made (measured: the node buffer's and
+/// the payload stack's malloc and free were a twelfth of a 10-key dict's flatten).
+pub fn take_nodes(slot: Buffer, capacity: usize) -> Nodes {
+    let mut nodes = match SPARE_NODES.with(|s| s[slot as usize].take()) {
+        Some(buffer) => Nodes::from(buffer),
+        None => Nodes::new(),
+    };
+    nodes.reserve(capacity);
+    nodes
+}
+
+/// Releases what `nodes` hold and keeps their buffer for the next `take_nodes` of `slot`.
+pub fn give_back_nodes(slot: Buffer, nodes: Nodes) {
+    // Releasing may run Python code that walks again and takes or gives back this slot: the
+    // buffer is put back only once it is empty.
+    let buffer = nodes.into_buffer();
+    if buffer.capacity() > 0 && buffer.capacity() <= KEPT_NODES {
+        // A thread whose locals are being destroyed frees it instead.
+        let _ = SPARE_NODES.try_with(|s| s[slot as usize].set(Some(buffer)));
+    }
 }
 
 /// An empty node vector with room for `size` nodes, a number that came from the input

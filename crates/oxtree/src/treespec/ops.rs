@@ -220,10 +220,10 @@ pub fn common_suffix(py: Python<'_>, a: &PyTreeSpec, b: &PyTreeSpec) -> PyResult
                 let (x, y) = (&a.nodes[i], &b.nodes[j]);
                 if x.kind == Kind::Leaf {
                     leaves += y.num_leaves;
-                    out.append(b.subtree(py, j).nodes);
+                    out.append(std::mem::take(&mut b.subtree(py, j).nodes));
                 } else if y.kind == Kind::Leaf {
                     leaves += x.num_leaves;
-                    out.append(a.subtree(py, i).nodes);
+                    out.append(std::mem::take(&mut a.subtree(py, i).nodes));
                 } else {
                     let Some(order) = matching_children(py, a.face, x, y)? else {
                         return Err(suffix_mismatch(py, a, b, (i, j))?);
