@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PySet, PyType};
 
-use super::model::{repr, repr_of, str_of, Expected, Mismatch, PrefixDiff, TreeError};
+use super::model::{
+    repr, repr_of, str_of, Expected, Mismatch, PrefixDiff, TransposeFault, TreeError,
+};
 use crate::kind::Kind;
 
 /// A tree against a treedef node (`flatten_up_to`), in jaxlib's words.
@@ -222,6 +224,9 @@ pub(super) fn message(err: &TreeError) -> String {
                  Make sure that metadata fields are hashable and have simple equality \
                  semantics. (Note: arrays cannot be passed as metadata fields!)"
             )
+        }
+        TreeError::Transpose(TransposeFault::Mismatch { expected, got, .. }) => {
+            format!("Mismatch\n{got}\n != \n{expected}")
         }
         TreeError::UnsortableKeys => {
             "Comparator raised exception while sorting pytree dictionary keys.".into()

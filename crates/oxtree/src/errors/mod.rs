@@ -17,8 +17,8 @@ mod optree_words;
 
 pub use jax_words::set_jax_version;
 pub use model::{
-    repr, short_repr, str_of, type_name, Expected, FlattenFault, Mismatch, PrefixDiff,
-    PrefixMismatch, SpecMismatch, TransformFault, TreeError,
+    repr, short_repr, str_of, type_name, Expected, FlattenFault, Mismatch, NodeDataFault,
+    PrefixDiff, PrefixMismatch, SpecMismatch, TransformFault, TransposeFault, TreeError,
 };
 
 fn render_structure(
@@ -189,7 +189,14 @@ impl fmt::Display for TreeError {
             | TreeError::FlattenShape { .. }
             | TreeError::NamedTupleFields { .. }
             | TreeError::TransformResult { .. }
-            | TreeError::TransposeNoLeaves { .. } => f.write_str(&optree_words::message(self)),
+            | TreeError::SameNamespace { .. }
+            | TreeError::StaleRegistration { .. } => f.write_str(&optree_words::message(self)),
+            TreeError::Transpose(fault) => match fault {
+                TransposeFault::Mismatch { face, .. } if face.words() == Words::Jax => {
+                    f.write_str(&jax_words::message(self))
+                }
+                _ => f.write_str(&optree_words::message(self)),
+            },
             TreeError::JaxFlattenResult { .. }
             | TreeError::MetadataEquality { .. }
             | TreeError::UnsortableKeys => f.write_str(&jax_words::message(self)),
@@ -245,6 +252,83 @@ impl fmt::Display for TreeError {
             TreeError::EmptyAssociativeReduce => {
                 f.write_str("Must specify identity for parallel reduction of empty sequence.")
             }
+            TreeError::NoneIsLeafDiffers { op, values } => {
+                write!(f, "{op}: the treespecs disagree on none_is_leaf")?;
+                match values {
+                    Some((a, b)) => write!(f, " ({a} and {b})"),
+                    None => Ok(()),
+                }
+            }
+            TreeError::FacesDiffer { op } => {
+                write!(f, "{op}: the treespecs are of different faces")
+            }
+            TreeError::NamespacesDiffer { a, b } => write!(
+                f,
+                "the treespecs come from different namespaces ({a:?} and {b:?})"
+            ),
+            TreeError::ComposeCount { expected, got } => write!(
+                f,
+                "expected {expected} treespecs, one for each leaf, got {got}"
+            ),
+            TreeError::ComposeNoneIsLeaf { none_is_leaf } => write!(
+                f,
+                "expected treespecs with none_is_leaf={}",
+                if *none_is_leaf { "True" } else { "False" }
+            ),
+            TreeError::SuffixOfNothing => {
+                f.write_str("broadcasting to a common suffix needs a tree")
+            }
+            TreeError::NodeChildren { cls, expected, got } => match expected {
+                None => write!(f, "a {cls} node has no children, got {got}"),
+                Some(n) => write!(f, "a {cls} node has {n} children, got {got}"),
+            },
+            TreeError::NodeMetadata { cls, names, got } => write!(
+                f,
+                "the metadata of a {cls} node is ((name, value), ...) for its meta fields \
+                 {names:?}, got {got}"
+            ),
+            TreeError::FromNodeData(fault) => {
+                f.write_str("from_node_data_and_children: ")?;
+                match fault {
+                    NodeDataFault::LeafChildren => f.write_str("a leaf has no children"),
+                    NodeDataFault::NotAPair => {
+                        f.write_str("node_data must be (type, data) or None")
+                    }
+                    NodeDataFault::NotAType => f.write_str("node_data[0] must be a type"),
+                    NodeDataFault::NoneChildren { arity } => {
+                        write!(f, "None has no children, got {arity}")
+                    }
+                    NodeDataFault::DefaultDictData => {
+                        f.write_str("defaultdict data must be (factory, keys)")
+                    }
+                    NodeDataFault::KeyCount { keys, arity } => {
+                        write!(f, "{keys} keys for {arity} children")
+                    }
+                    NodeDataFault::UnhashableKeys => f.write_str("dict keys must be hashable"),
+                    NodeDataFault::RepeatedKeys { keys } => write!(f, "repeated dict keys: {keys}"),
+                    NodeDataFault::UnsortedKeys => {
+                        f.write_str("dict keys must be given in sorted order")
+                    }
+                    NodeDataFault::Fields { ty, fields, arity } => {
+                        write!(f, "{ty} has {fields} fields, got {arity} children")
+                    }
+                    NodeDataFault::NotRegistered { ty } => {
+                        write!(f, "{ty} is not a registered pytree node type")
+                    }
+                    NodeDataFault::Misfit { why } => f.write_str(why),
+                }
+            }
+            TreeError::ModuleDefCounts { names, kinds, keys } => write!(
+                f,
+                "_ModuleDef: {names} names, {kinds} kinds and {keys} keys"
+            ),
+            TreeError::NotModuleDef { what, got } => {
+                write!(f, "a Module's {what} must be a _ModuleDef, got {got}")
+            }
+            TreeError::ModuleRebuild { cls, children, aux } => write!(
+                f,
+                "cannot rebuild a {cls} from {children} children and aux data {aux}"
+            ),
         }
     }
 }
@@ -267,7 +351,9 @@ impl From<TreeError> for PyErr {
             TreeError::TransformResult {
                 fault: TransformFault::NotASpec { .. },
                 ..
-            } => PyTypeError::new_err(msg),
+            }
+            | TreeError::Transpose(TransposeFault::Mismatch { .. }) => PyTypeError::new_err(msg),
+            TreeError::Transpose(TransposeFault::NoFirstLeaf) => PyIndexError::new_err(msg),
             TreeError::Structure { .. }
             | TreeError::SpecStructure { .. }
             | TreeError::LeafCount { .. }
@@ -281,7 +367,18 @@ impl From<TreeError> for PyErr {
             | TreeError::UnsortableKeys
             | TreeError::GraphDefState(_)
             | TreeError::NamedTupleFields { .. }
-            | TreeError::TransposeNoLeaves { .. }
+            | TreeError::Transpose(_)
+            | TreeError::NoneIsLeafDiffers { .. }
+            | TreeError::FacesDiffer { .. }
+            | TreeError::NamespacesDiffer { .. }
+            | TreeError::SameNamespace { .. }
+            | TreeError::StaleRegistration { .. }
+            | TreeError::ComposeCount { .. }
+            | TreeError::ComposeNoneIsLeaf { .. }
+            | TreeError::NodeChildren { .. }
+            | TreeError::FromNodeData(_)
+            | TreeError::ModuleDefCounts { .. }
+            | TreeError::ModuleRebuild { .. }
             | TreeError::TransformResult { .. }
             | TreeError::Prefix { .. } => PyValueError::new_err(msg),
             TreeError::FlattenShape { .. } => PyRuntimeError::new_err(msg),
@@ -301,7 +398,10 @@ impl From<TreeError> for PyErr {
             | TreeError::InitReturned { .. }
             | TreeError::LeavesNotIterable { .. }
             | TreeError::EmptyReduce
-            | TreeError::EmptyAssociativeReduce => PyTypeError::new_err(msg),
+            | TreeError::EmptyAssociativeReduce
+            | TreeError::SuffixOfNothing
+            | TreeError::NodeMetadata { .. }
+            | TreeError::NotModuleDef { .. } => PyTypeError::new_err(msg),
             TreeError::Index(_) => PyIndexError::new_err(msg),
             TreeError::Memory(_) => pyo3::exceptions::PyMemoryError::new_err(msg),
         }

@@ -211,9 +211,75 @@ pub enum TreeError {
     EmptyReduce,
     /// `tree_reduce_associative` of a tree without leaves and no identity (TypeError).
     EmptyAssociativeReduce,
-    /// optree's `tree_transpose_map` met a structure without leaves (`which`: `outer`,
-    /// `inner`; `spec`: its repr).
-    TransposeNoLeaves { which: &'static str, spec: String },
+    /// A transpose that cannot be done (`tree_transpose`, optree's `tree_transpose_map`).
+    Transpose(TransposeFault),
+
+    // Treespecs that do not go together (composing, broadcasting, merging).
+    /// Treespecs with different `none_is_leaf` where `op` needs one: with both values
+    /// (`PyTreeSpec.compose`) or without (`broadcast_to_common_suffix`).
+    NoneIsLeafDiffers {
+        op: &'static str,
+        values: Option<(bool, bool)>,
+    },
+    /// Treespecs of different faces where `op` needs one.
+    FacesDiffer { op: &'static str },
+    /// Treespecs of two different non-global namespaces merged into one.
+    NamespacesDiffer { a: String, b: String },
+    /// optree's check that `subject` (`PyTreeSpecs`, `Tree structures`) share a namespace.
+    SameNamespace {
+        subject: &'static str,
+        a: String,
+        b: String,
+    },
+    /// optree's guard for merged treespecs: a custom node's type (`ty`, its repr) resolves
+    /// in `namespace` to another registration than the one it holds; `what` completes
+    /// "PyTreeSpecs cannot be ...".
+    StaleRegistration {
+        what: &'static str,
+        ty: String,
+        namespace: String,
+    },
+    /// `compose` given another number of inner treespecs than the outer one has leaves.
+    ComposeCount { expected: usize, got: usize },
+    /// `compose` given an inner treespec whose `none_is_leaf` is not the outer one's.
+    ComposeNoneIsLeaf { none_is_leaf: bool },
+    /// Broadcasting to a common suffix given no tree at all (TypeError).
+    SuffixOfNothing,
+
+    // Node data: a node rebuilt from its data and children.
+    /// A registered node rebuilt from another number of children than it has (`cls`: its
+    /// class; `expected`: None for a static node, which has none, else its data fields).
+    NodeChildren {
+        cls: String,
+        expected: Option<usize>,
+        got: usize,
+    },
+    /// A dataclass node's metadata that is no `((name, value), ...)` for its meta fields
+    /// `names` (TypeError; `got`: shown).
+    NodeMetadata {
+        cls: String,
+        names: Vec<String>,
+        got: String,
+    },
+    /// JAX's `from_node_data_and_children` given node data and children that make no node.
+    FromNodeData(NodeDataFault),
+    /// A `_ModuleDef` made of name, kind and key lists of different lengths.
+    ModuleDefCounts {
+        names: usize,
+        kinds: usize,
+        keys: usize,
+    },
+    /// A Module's `what` (`aux data`, `_oxtree_def`) that is no `_ModuleDef` (TypeError;
+    /// `got`: shown).
+    NotModuleDef { what: &'static str, got: String },
+    /// A Module rebuilt from children and aux data that do not fit (`cls`: its qualified
+    /// name; `aux`: shown).
+    ModuleRebuild {
+        cls: String,
+        children: usize,
+        aux: String,
+    },
+
     /// A prefix tree is no prefix of the full tree: the first `PrefixMismatch`, rendered
     /// with the prefix tree's name (`in_axes`, `tree_map tree`).
     Prefix {
@@ -266,6 +332,66 @@ pub enum FlattenFault {
     Length(usize),
     /// Children and entries differ in number.
     EntriesCount { children: usize, entries: usize },
+}
+
+/// Why a transpose cannot be done. optree's words, but for `Mismatch` and `NoFirstLeaf`.
+#[derive(Debug)]
+pub enum TransposeFault {
+    /// optree's `tree_transpose_map` met a structure without leaves (`which`: `outer`,
+    /// `inner`; `spec`: its repr).
+    NoLeaves { which: &'static str, spec: String },
+    /// optree: no inner structure given, and an outer one without leaves to infer it under
+    /// (`outer`: its repr).
+    CannotInfer { outer: String },
+    /// JAX: no inner structure given, and no first subtree to infer it from (the IndexError
+    /// of JAX's `[0]`, in Python's words).
+    NoFirstLeaf,
+    /// optree: the outer and the inner structure differ in `none_is_leaf`.
+    NoneIsLeaf,
+    /// optree: a structure without leaves (both reprs).
+    Empty { outer: String, inner: String },
+    /// The tree's structure is not the outer one composed with the inner one (TypeError, in
+    /// `face`'s words; both reprs).
+    Mismatch {
+        face: Face,
+        expected: String,
+        got: String,
+    },
+}
+
+/// Why JAX's node data (`(type, data)` or None) and children make no node (`arity`: the
+/// number of children).
+#[derive(Debug)]
+pub enum NodeDataFault {
+    /// A leaf (None) given children.
+    LeafChildren,
+    /// Neither `(type, data)` nor None.
+    NotAPair,
+    /// `node_data[0]` is no type.
+    NotAType,
+    /// A None node given children.
+    NoneChildren { arity: usize },
+    /// A defaultdict's data that is no `(factory, keys)`.
+    DefaultDictData,
+    /// Another number of dict keys than children.
+    KeyCount { keys: usize, arity: usize },
+    /// Unhashable dict keys.
+    UnhashableKeys,
+    /// Repeated dict keys (`keys`: shown).
+    RepeatedKeys { keys: String },
+    /// Dict keys not in sorted order.
+    UnsortedKeys,
+    /// A namedtuple class (`ty`: its name) with another number of fields than children.
+    Fields {
+        ty: String,
+        fields: usize,
+        arity: usize,
+    },
+    /// A type that is no registered node (`ty`: its name).
+    NotRegistered { ty: String },
+    /// Data and children that do not fit the type's registration (`why`: the registration's
+    /// check, `custom::misfit`).
+    Misfit { why: String },
 }
 
 /// What a `PyTreeSpec.transform` function returned wrong. `input`: the treespec it was

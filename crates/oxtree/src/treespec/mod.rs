@@ -185,12 +185,12 @@ impl PyTreeSpec {
         path_text::render(root, &entries)
     }
 
-    fn check_same_options(&self, other: &PyTreeSpec, what: &str) -> Result<(), TreeError> {
+    fn check_same_options(&self, other: &PyTreeSpec, what: &'static str) -> Result<(), TreeError> {
         if self.none_is_leaf != other.none_is_leaf {
-            return Err(TreeError::Value(format!(
-                "{what}: the treespecs disagree on none_is_leaf ({} and {})",
-                self.none_is_leaf, other.none_is_leaf
-            )));
+            return Err(TreeError::NoneIsLeafDiffers {
+                op: what,
+                values: Some((self.none_is_leaf, other.none_is_leaf)),
+            });
         }
         Ok(())
     }
