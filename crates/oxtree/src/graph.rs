@@ -25,7 +25,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use pyo3::PyTraverseError;
 
-use crate::errors::{type_name, TreeError};
+use crate::errors::{type_name, StateOf, TreeError};
 use crate::face::options::Options;
 use crate::face::Face;
 use crate::invariant::Invariant;
@@ -718,7 +718,12 @@ pub fn _rebuild_graphdef<'py>(
     num_roots: &Bound<'py, PyAny>,
     refs: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, GraphDef>> {
-    let bad = |why: String| PyErr::from(TreeError::GraphDefState(why));
+    let bad = |why: String| {
+        PyErr::from(TreeError::State {
+            of: StateOf::GraphDef,
+            why,
+        })
+    };
     // Numbers out of range are a corrupted state like any other: ValueError, not the
     // OverflowError of an integer conversion.
     let num_roots: usize = num_roots.extract().map_err(|_| {

@@ -228,6 +228,18 @@ pub(super) fn message(err: &TreeError) -> String {
         TreeError::Transpose(TransposeFault::Mismatch { expected, got, .. }) => {
             format!("Mismatch\n{got}\n != \n{expected}")
         }
+        TreeError::ProtoUserNode => "User-defined nodes are not supported when serializing \
+                                     pytrees as protocol buffers. You should either convert \
+                                     the user-defined nodes to another type or use pickle \
+                                     instead."
+            .into(),
+        TreeError::ProtoKeyNotStr => {
+            "Only string keys are supported in proto pytree serialization.".into()
+        }
+        // jaxlib's words, then the two counts.
+        TreeError::IterableArity { arity, got } => format!(
+            "Arity mismatch between trees: a node of {arity} children got an iterable of {got}"
+        ),
         TreeError::UnsortableKeys => {
             "Comparator raised exception while sorting pytree dictionary keys.".into()
         }

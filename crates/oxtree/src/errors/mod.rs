@@ -18,7 +18,7 @@ mod optree_words;
 pub use jax_words::set_jax_version;
 pub use model::{
     repr, short_repr, str_of, type_name, Expected, FlattenFault, Mismatch, NodeDataFault,
-    PrefixDiff, PrefixMismatch, SpecMismatch, TransformFault, TransposeFault, TreeError,
+    PrefixDiff, PrefixMismatch, SpecMismatch, StateOf, TransformFault, TransposeFault, TreeError,
 };
 
 fn render_structure(
@@ -199,7 +199,10 @@ impl fmt::Display for TreeError {
             },
             TreeError::JaxFlattenResult { .. }
             | TreeError::MetadataEquality { .. }
-            | TreeError::UnsortableKeys => f.write_str(&jax_words::message(self)),
+            | TreeError::UnsortableKeys
+            | TreeError::ProtoUserNode
+            | TreeError::ProtoKeyNotStr
+            | TreeError::IterableArity { .. } => f.write_str(&jax_words::message(self)),
             // oxtree's own words (and Python's, where Python raises the same fault).
             TreeError::NotCallable { what, type_name } => {
                 write!(f, "{what} must be callable, got {type_name}")
@@ -242,7 +245,15 @@ impl fmt::Display for TreeError {
             TreeError::InitReturned { type_name } => {
                 write!(f, "__init__() should return None, not '{type_name}'")
             }
-            TreeError::GraphDefState(why) => write!(f, "invalid GraphDef state: {why}"),
+            TreeError::State { of, why } => match of {
+                StateOf::PyTreeSpec => write!(f, "invalid PyTreeSpec state: {why}"),
+                StateOf::GraphDef => write!(f, "invalid GraphDef state: {why}"),
+                StateOf::Proto => write!(f, "Could not deserialize PyTreeDefProto: {why}."),
+            },
+            TreeError::ProtoFaceOnly => f.write_str(
+                "serialize_using_proto: only treedefs of the JAX face (oxtree.tree_util) have a \
+                 proto form; use pickle for this treespec",
+            ),
             TreeError::LeavesNotIterable { type_name } => {
                 write!(f, "leaves must be an iterable of leaves, got {type_name}")
             }
@@ -365,7 +376,11 @@ impl From<TreeError> for PyErr {
             | TreeError::JaxFlattenResult { .. }
             | TreeError::MetadataEquality { .. }
             | TreeError::UnsortableKeys
-            | TreeError::GraphDefState(_)
+            | TreeError::State { .. }
+            | TreeError::ProtoFaceOnly
+            | TreeError::ProtoUserNode
+            | TreeError::ProtoKeyNotStr
+            | TreeError::IterableArity { .. }
             | TreeError::NamedTupleFields { .. }
             | TreeError::Transpose(_)
             | TreeError::NoneIsLeafDiffers { .. }

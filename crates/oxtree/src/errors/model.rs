@@ -189,8 +189,17 @@ pub enum TreeError {
     UnsortableKeys,
 
     // States and reprs.
-    /// A GraphDef's pickled state does not describe a graph.
-    GraphDefState(String),
+    /// A serialized form (`of`) that describes nothing oxtree can rebuild (`why`: what is
+    /// wrong with it, where).
+    State { of: StateOf, why: String },
+    /// `serialize_using_proto` of a treespec of the main face.
+    ProtoFaceOnly,
+    /// JAX's refusal to serialize a registered node as a protocol buffer.
+    ProtoUserNode,
+    /// JAX's refusal to serialize a dict key that is no str as a protocol buffer.
+    ProtoKeyNotStr,
+    /// JAX's `from_iterable_tree` given an iterable of another length than its node's arity.
+    IterableArity { arity: usize, got: usize },
     /// A namedtuple class whose `_fields` changed since the treespec was made (optree's
     /// words).
     NamedTupleFields {
@@ -357,6 +366,17 @@ pub enum TransposeFault {
         expected: String,
         got: String,
     },
+}
+
+/// The serialized forms a treespec or graph is rebuilt from.
+#[derive(Debug, Clone, Copy)]
+pub enum StateOf {
+    /// A pickled PyTreeSpec (`__setstate__`, `_from_nodes`).
+    PyTreeSpec,
+    /// A pickled GraphDef.
+    GraphDef,
+    /// JAX's `PyTreeDefProto` bytes (`deserialize_using_proto`).
+    Proto,
 }
 
 /// Why JAX's node data (`(type, data)` or None) and children make no node (`arity`: the
