@@ -329,6 +329,40 @@ impl fmt::Display for TreeError {
                     NodeDataFault::Misfit { why } => f.write_str(why),
                 }
             }
+            TreeError::BadPattern {
+                caller,
+                pattern,
+                at,
+                what,
+            } => {
+                // A caret under the character, past the same tabs.
+                let caret: String = pattern
+                    .chars()
+                    .take(*at)
+                    .map(|c| if c == '\t' { '\t' } else { ' ' })
+                    .collect();
+                let shown =
+                    Python::attach(|py| repr(pyo3::types::PyString::new(py, pattern).as_any()));
+                write!(
+                    f,
+                    "{caller}: invalid path pattern {shown} at position {at}: {what}\n    \
+                     {pattern}\n    {caret}^"
+                )
+            }
+            TreeError::TooManyPatterns { caller } => write!(f, "{caller}: too many patterns"),
+            TreeError::BytesRegex { caller, shown } => write!(
+                f,
+                "{caller}: a bytes regular expression cannot match key paths (str): {shown}"
+            ),
+            TreeError::NotAPattern {
+                caller,
+                type_name,
+                shown,
+            } => write!(
+                f,
+                "{caller}: a path pattern is a str (a glob over keystr), a compiled re.Pattern \
+                 or a PathPattern, got {type_name}: {shown}"
+            ),
             TreeError::ModuleDefCounts { names, kinds, keys } => write!(
                 f,
                 "_ModuleDef: {names} names, {kinds} kinds and {keys} keys"
@@ -394,6 +428,8 @@ impl From<TreeError> for PyErr {
             | TreeError::FromNodeData(_)
             | TreeError::ModuleDefCounts { .. }
             | TreeError::ModuleRebuild { .. }
+            | TreeError::BadPattern { .. }
+            | TreeError::TooManyPatterns { .. }
             | TreeError::TransformResult { .. }
             | TreeError::Prefix { .. } => PyValueError::new_err(msg),
             TreeError::FlattenShape { .. } => PyRuntimeError::new_err(msg),
@@ -416,7 +452,9 @@ impl From<TreeError> for PyErr {
             | TreeError::EmptyAssociativeReduce
             | TreeError::SuffixOfNothing
             | TreeError::NodeMetadata { .. }
-            | TreeError::NotModuleDef { .. } => PyTypeError::new_err(msg),
+            | TreeError::NotModuleDef { .. }
+            | TreeError::BytesRegex { .. }
+            | TreeError::NotAPattern { .. } => PyTypeError::new_err(msg),
             TreeError::Index(_) => PyIndexError::new_err(msg),
             TreeError::Memory(_) => pyo3::exceptions::PyMemoryError::new_err(msg),
         }

@@ -289,6 +289,26 @@ pub enum TreeError {
         aux: String,
     },
 
+    // Path patterns (`caller`: the function they were given to).
+    /// A malformed glob: what is wrong (`what`) at which character (`at`, 0-based).
+    BadPattern {
+        caller: String,
+        pattern: String,
+        at: usize,
+        what: String,
+    },
+    /// More patterns in one call than can be numbered.
+    TooManyPatterns { caller: String },
+    /// A compiled bytes regular expression, which cannot match key paths (TypeError;
+    /// `shown`: its repr).
+    BytesRegex { caller: String, shown: String },
+    /// Something that is no path pattern (TypeError; `shown`: a short repr).
+    NotAPattern {
+        caller: String,
+        type_name: String,
+        shown: String,
+    },
+
     /// A prefix tree is no prefix of the full tree: the first `PrefixMismatch`, rendered
     /// with the prefix tree's name (`in_axes`, `tree_map tree`).
     Prefix {
