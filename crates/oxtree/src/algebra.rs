@@ -385,11 +385,14 @@ pub fn _tree_reduce<'py>(
 }
 
 /// The one optional value a `*args` of at most one item holds.
-fn optional<'py>(args: &Bound<'py, PyTuple>, what: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+fn optional<'py>(
+    args: &Bound<'py, PyTuple>,
+    what: &'static str,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
     match args.len() {
         0 => Ok(None),
         1 => Ok(Some(args.get_item(0)?)),
-        n => Err(TreeError::Type(format!("expected at most one {what} value, got {n}")).into()),
+        got => Err(TreeError::TooManyValues { what, got }.into()),
     }
 }
 

@@ -335,14 +335,10 @@ fn rebuild_shared<'py>(
             }
         }
         if let Some(&i) = pending.iter().find(|&&i| !r.done[i]) {
-            return Err(TreeError::Value(format!(
-                "graph_unflatten: cannot rebuild the {} at {}: it is on a reference cycle that \
-                 passes only through nodes built from their children (tuples, namedtuples, \
-                 registered classes); such a cycle needs a list, dict, deque or other mutable \
-                 container to close through",
-                node_type_name(py, &spec.nodes[i]),
-                gd.path_of(py, i)
-            ))
+            return Err(TreeError::ImmutableCycle {
+                node_type: node_type_name(py, &spec.nodes[i]).to_string(),
+                path: gd.path_of(py, i).to_string(),
+            }
             .into());
         }
     }

@@ -228,6 +228,7 @@ pub(super) fn message(err: &TreeError) -> String {
         TreeError::Transpose(TransposeFault::Mismatch { expected, got, .. }) => {
             format!("Mismatch\n{got}\n != \n{expected}")
         }
+        TreeError::NotAPrefix => "`prefix_treedef` is not a prefix of `full_treedef`".into(),
         TreeError::ProtoUserNode => "User-defined nodes are not supported when serializing \
                                      pytrees as protocol buffers. You should either convert \
                                      the user-defined nodes to another type or use pickle \

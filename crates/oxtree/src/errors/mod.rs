@@ -200,6 +200,7 @@ impl fmt::Display for TreeError {
             TreeError::JaxFlattenResult { .. }
             | TreeError::MetadataEquality { .. }
             | TreeError::UnsortableKeys
+            | TreeError::NotAPrefix
             | TreeError::ProtoUserNode
             | TreeError::ProtoKeyNotStr
             | TreeError::IterableArity { .. } => f.write_str(&jax_words::message(self)),
@@ -363,6 +364,43 @@ impl fmt::Display for TreeError {
                 "{caller}: a path pattern is a str (a glob over keystr), a compiled re.Pattern \
                  or a PathPattern, got {type_name}: {shown}"
             ),
+            TreeError::IsLeafNotCallable { type_name } => {
+                write!(f, "is_leaf must be a callable or None, got {type_name}")
+            }
+            TreeError::TooManyValues { what, got } => {
+                write!(f, "expected at most one {what} value, got {got}")
+            }
+            TreeError::WalkLeavesMissing => {
+                f.write_str("walk(f_node, f_leaf, leaves): the leaves are missing")
+            }
+            TreeError::ChildIndex {
+                method,
+                index,
+                arity,
+            } => write!(
+                f,
+                "PyTreeSpec::{method}() index out of range. (index {index}, a node with \
+                 {arity} children)"
+            ),
+            TreeError::CompiledCacheNotDict { type_name } => write!(
+                f,
+                "filter_jit: an entry's compiled cache must be a dict, got {type_name}"
+            ),
+            TreeError::PrefixLeafCount { got, expected } => write!(
+                f,
+                "broadcast_flattened_prefix_with_treedef: {got} prefix leaves for a prefix \
+                 treedef of {expected} leaves"
+            ),
+            TreeError::ImmutableCycle { node_type, path } => write!(
+                f,
+                "graph_unflatten: cannot rebuild the {node_type} at {path}: it is on a \
+                 reference cycle that passes only through nodes built from their children \
+                 (tuples, namedtuples, registered classes); such a cycle needs a list, dict, \
+                 deque or other mutable container to close through"
+            ),
+            TreeError::WarningNul { position } => {
+                write!(f, "nul byte found in provided data at position: {position}")
+            }
             TreeError::ModuleDefCounts { names, kinds, keys } => write!(
                 f,
                 "_ModuleDef: {names} names, {kinds} kinds and {keys} keys"
@@ -429,6 +467,10 @@ impl From<TreeError> for PyErr {
             | TreeError::ModuleDefCounts { .. }
             | TreeError::ModuleRebuild { .. }
             | TreeError::BadPattern { .. }
+            | TreeError::PrefixLeafCount { .. }
+            | TreeError::NotAPrefix
+            | TreeError::ImmutableCycle { .. }
+            | TreeError::WarningNul { .. }
             | TreeError::TooManyPatterns { .. }
             | TreeError::TransformResult { .. }
             | TreeError::Prefix { .. } => PyValueError::new_err(msg),
@@ -454,8 +496,12 @@ impl From<TreeError> for PyErr {
             | TreeError::NodeMetadata { .. }
             | TreeError::NotModuleDef { .. }
             | TreeError::BytesRegex { .. }
-            | TreeError::NotAPattern { .. } => PyTypeError::new_err(msg),
-            TreeError::Index(_) => PyIndexError::new_err(msg),
+            | TreeError::NotAPattern { .. }
+            | TreeError::IsLeafNotCallable { .. }
+            | TreeError::TooManyValues { .. }
+            | TreeError::WalkLeavesMissing
+            | TreeError::CompiledCacheNotDict { .. } => PyTypeError::new_err(msg),
+            TreeError::Index(_) | TreeError::ChildIndex { .. } => PyIndexError::new_err(msg),
             TreeError::Memory(_) => pyo3::exceptions::PyMemoryError::new_err(msg),
         }
     }

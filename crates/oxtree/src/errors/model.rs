@@ -142,6 +142,33 @@ pub enum TreeError {
         expected: &'static str,
         got: String,
     },
+    /// `is_leaf` that is neither callable nor None (TypeError).
+    IsLeafNotCallable { type_name: String },
+    /// A `*args` of at most one `what` value (`initial`, `identity`) given `got` (TypeError).
+    TooManyValues { what: &'static str, got: usize },
+    /// JAX's form of `PyTreeSpec.walk` called without its leaves (TypeError).
+    WalkLeavesMissing,
+    /// A child index out of range: `PyTreeSpec::{method}()` (`Child`, `Entry`) of a node
+    /// with `arity` children (IndexError).
+    ChildIndex {
+        method: &'static str,
+        index: isize,
+        arity: isize,
+    },
+    /// `filter_jit` found an entry whose compiled cache is no dict (TypeError).
+    CompiledCacheNotDict { type_name: String },
+    /// `broadcast_flattened_prefix_with_treedef` given another number of prefix leaves than
+    /// the prefix treedef has.
+    PrefixLeafCount { got: usize, expected: usize },
+    /// JAX's words: `broadcast_flattened_prefix_with_treedef`'s prefix treedef is no prefix
+    /// of its full treedef.
+    NotAPrefix,
+    /// `graph_unflatten` met a node (`node_type`, at `path`) on a reference cycle that only
+    /// nodes built from their children close, which no order of building can rebuild.
+    ImmutableCycle { node_type: String, path: String },
+    /// A warning's text with a NUL character (at byte `position`), which a warning cannot
+    /// carry (Rust's `NulError` words).
+    WarningNul { position: usize },
     /// A registration was given something that is no class (TypeError).
     NotAClass { got: String },
     /// `init_names` does not name every data and meta field.
