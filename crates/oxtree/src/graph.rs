@@ -336,8 +336,8 @@ fn rebuild_shared<'py>(
         }
         if let Some(&i) = pending.iter().find(|&&i| !r.done[i]) {
             return Err(TreeError::ImmutableCycle {
-                node_type: node_type_name(py, &spec.nodes[i]).to_string(),
-                path: gd.path_of(py, i).to_string(),
+                node_type: node_type_name(py, &spec.nodes[i]),
+                path: gd.path_of(py, i),
             }
             .into());
         }

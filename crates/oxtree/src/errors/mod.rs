@@ -136,6 +136,10 @@ impl TreeError {
     }
 }
 
+/// What `tree_labels` says its rules are, before what it got.
+const RULES: &str = "tree_labels: rules is a mapping from patterns to labels or a sequence of \
+                     (pattern, label) pairs, ";
+
 impl fmt::Display for TreeError {
     #[cold]
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -176,10 +180,38 @@ impl fmt::Display for TreeError {
                 "{cls}.{name} ({kind}) was declared or registered but never assigned, so the \
                  module cannot be flattened"
             ),
-            TreeError::Type(msg) | TreeError::Value(msg) | TreeError::Index(msg) => {
-                f.write_str(msg)
+            TreeError::TooManyNodes { what, nodes } => {
+                write!(f, "{what}: the result would have ")?;
+                match nodes {
+                    Some(n) => write!(f, "{n}")?,
+                    None => f.write_str("too many")?,
+                }
+                f.write_str(" nodes, more than can be allocated")
             }
-            TreeError::Memory(msg) => f.write_str(msg),
+            TreeError::RetraceNoChild => f.write_str("no child"),
+            TreeError::RetraceDiffers => f.write_str("structure differs"),
+            TreeError::NotRules { type_name, shown } => {
+                write!(f, "{RULES}got {type_name}: {shown}")
+            }
+            TreeError::RuleNotAPair { shown } => {
+                write!(f, "{RULES}got the item {shown} (not a pair)")
+            }
+            TreeError::NoRuleMatches {
+                path,
+                unmatched,
+                total,
+            } => write!(
+                f,
+                "tree_labels: no rule matches the leaf at {path} ({unmatched} of {total} \
+                 leaves match none); add a rule for it or give a default"
+            ),
+            TreeError::SetMatchingArgs { both: true } => {
+                f.write_str("tree_set_matching: give either value or func, not both")
+            }
+            TreeError::SetMatchingArgs { both: false } => f.write_str(
+                "tree_set_matching: give the value to put at the matching leaves, or func \
+                 (a function of (key_path, leaf))",
+            ),
             TreeError::NamespaceNotStr { .. }
             | TreeError::BuiltinType { .. }
             | TreeError::AlreadyRegistered { .. }
@@ -440,7 +472,9 @@ impl From<TreeError> for PyErr {
             TreeError::Structure { .. }
             | TreeError::SpecStructure { .. }
             | TreeError::LeafCount { .. }
-            | TreeError::Value(_)
+            | TreeError::RetraceNoChild
+            | TreeError::RetraceDiffers
+            | TreeError::NoRuleMatches { .. }
             | TreeError::BuiltinType { .. }
             | TreeError::AlreadyRegistered { .. }
             | TreeError::NotRegistered { .. }
@@ -478,8 +512,10 @@ impl From<TreeError> for PyErr {
             TreeError::Cycle { .. } | TreeError::TooDeep { .. } => PyRecursionError::new_err(msg),
             TreeError::Mutated { .. } => PyRuntimeError::new_err(msg),
             TreeError::Unassigned { .. } => pyo3::exceptions::PyAttributeError::new_err(msg),
-            TreeError::Type(_)
-            | TreeError::NamespaceNotStr { .. }
+            TreeError::NamespaceNotStr { .. }
+            | TreeError::NotRules { .. }
+            | TreeError::RuleNotAPair { .. }
+            | TreeError::SetMatchingArgs { .. }
             | TreeError::NotEntryType { .. }
             | TreeError::NotCallable { .. }
             | TreeError::ExpectsArgument { .. }
@@ -501,8 +537,8 @@ impl From<TreeError> for PyErr {
             | TreeError::TooManyValues { .. }
             | TreeError::WalkLeavesMissing
             | TreeError::CompiledCacheNotDict { .. } => PyTypeError::new_err(msg),
-            TreeError::Index(_) | TreeError::ChildIndex { .. } => PyIndexError::new_err(msg),
-            TreeError::Memory(_) => pyo3::exceptions::PyMemoryError::new_err(msg),
+            TreeError::ChildIndex { .. } => PyIndexError::new_err(msg),
+            TreeError::TooManyNodes { .. } => pyo3::exceptions::PyMemoryError::new_err(msg),
         }
     }
 }

@@ -107,14 +107,18 @@ pub enum TreeError {
         name: String,
         kind: String,
     },
-    /// A bad argument.
-    Type(String),
-    /// A bad value (of a pickled state, a composition...).
-    Value(String),
-    /// An index out of range.
-    Index(String),
-    /// A result too large to allocate (its size came from the input).
-    Memory(String),
+    /// A result of `what` (`PyTreeSpec.compose`, `graft`, `transform`) too large to allocate:
+    /// `nodes`, its size, which came from the input (None: too large to count) (MemoryError).
+    TooManyNodes {
+        what: &'static str,
+        nodes: Option<usize>,
+    },
+    /// The key path of a mismatch, retraced with the registered functions, meets a node with
+    /// fewer children than the first walk found (a flatten function that answers otherwise
+    /// the second time, or a tree changed in between).
+    RetraceNoChild,
+    /// Likewise, a node that no longer matches its treespec node.
+    RetraceDiffers,
 
     // Registration (optree's words; the JAX face registers through the same checks).
     /// The namespace argument is not a str (TypeError). `got`: its repr.
@@ -335,6 +339,22 @@ pub enum TreeError {
         type_name: String,
         shown: String,
     },
+
+    // Labels and matching leaves (`tree_labels`, `tree_set_matching`).
+    /// `tree_labels`'s rules that are neither a mapping nor a sequence of pairs (TypeError;
+    /// `shown`: a short repr).
+    NotRules { type_name: String, shown: String },
+    /// An item of `tree_labels`'s rules that is no pair (TypeError; `shown`: a short repr).
+    RuleNotAPair { shown: String },
+    /// `tree_labels` without a default: no rule matches the leaf at `path` (its keystr's
+    /// repr); `unmatched` of `total` leaves match none.
+    NoRuleMatches {
+        path: String,
+        unmatched: usize,
+        total: usize,
+    },
+    /// `tree_set_matching` given both `value` and `func` (`both`), or neither (TypeError).
+    SetMatchingArgs { both: bool },
 
     /// A prefix tree is no prefix of the full tree: the first `PrefixMismatch`, rendered
     /// with the prefix tree's name (`in_axes`, `tree_map tree`).
