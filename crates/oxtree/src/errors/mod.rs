@@ -576,4 +576,91 @@ mod tests {
             .to_string()
             .starts_with("cycle detected: the container at tree[1]"));
     }
+
+    #[test]
+    fn named_variants_keep_their_texts() {
+        let cases = [
+            (
+                TreeError::NoneIsLeafDiffers {
+                    op: "PyTreeSpec.compose",
+                    values: Some((false, true)),
+                },
+                "PyTreeSpec.compose: the treespecs disagree on none_is_leaf (false and true)",
+            ),
+            (
+                TreeError::NoneIsLeafDiffers {
+                    op: "broadcast_to_common_suffix",
+                    values: None,
+                },
+                "broadcast_to_common_suffix: the treespecs disagree on none_is_leaf",
+            ),
+            (
+                TreeError::TooManyNodes {
+                    what: "graft",
+                    nodes: None,
+                },
+                "graft: the result would have too many nodes, more than can be allocated",
+            ),
+            (
+                TreeError::TooManyNodes {
+                    what: "transform",
+                    nodes: Some(5),
+                },
+                "transform: the result would have 5 nodes, more than can be allocated",
+            ),
+            (
+                TreeError::ChildIndex {
+                    method: "Child",
+                    index: -3,
+                    arity: 2,
+                },
+                "PyTreeSpec::Child() index out of range. (index -3, a node with 2 children)",
+            ),
+            (
+                TreeError::NodeChildren {
+                    cls: "St".into(),
+                    expected: None,
+                    got: 1,
+                },
+                "a St node has no children, got 1",
+            ),
+            (
+                TreeError::FromNodeData(NodeDataFault::KeyCount { keys: 1, arity: 2 }),
+                "from_node_data_and_children: 1 keys for 2 children",
+            ),
+            (
+                TreeError::State {
+                    of: StateOf::Proto,
+                    why: "truncated varint".into(),
+                },
+                "Could not deserialize PyTreeDefProto: truncated varint.",
+            ),
+            (
+                TreeError::RuleNotAPair {
+                    shown: "('a', 1, 2)".into(),
+                },
+                "tree_labels: rules is a mapping from patterns to labels or a sequence of \
+                 (pattern, label) pairs, got the item ('a', 1, 2) (not a pair)",
+            ),
+            (
+                TreeError::Transpose(TransposeFault::Mismatch {
+                    face: Face::Jax,
+                    expected: "E".into(),
+                    got: "G".into(),
+                }),
+                "Mismatch\nG\n != \nE",
+            ),
+            (
+                TreeError::Transpose(TransposeFault::Mismatch {
+                    face: Face::Optree,
+                    expected: "E".into(),
+                    got: "G".into(),
+                }),
+                "Tree structure mismatch; expected: E, got: G.",
+            ),
+        ];
+        for (err, text) in cases {
+            assert_eq!(err.to_string(), text);
+        }
+    }
 }
