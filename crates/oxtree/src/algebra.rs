@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple, PyType};
 
 use crate::containers::list_from_vec;
-use crate::errors::TreeError;
+use crate::errors::{TransposeFault, TreeError};
 use crate::face::options::{check_is_leaf, Options};
 use crate::face::Face;
 use crate::invariant::Invariant;
@@ -102,10 +102,11 @@ pub fn _unflatten_node<'py>(
     let spec = treespec.get();
     let root = spec.root();
     let Some(reg) = root.custom() else {
-        return Err(TreeError::Type(format!(
-            "_unflatten_node expects a treespec whose root is a registered node, got {}",
-            crate::treespec::repr::repr(spec, py)?
-        ))
+        return Err(TreeError::ExpectsArgument {
+            function: "_unflatten_node",
+            expected: "a treespec whose root is a registered node",
+            got: crate::treespec::repr::repr(spec, py)?,
+        }
         .into());
     };
     let children = PyTuple::new(py, children.try_iter()?.collect::<PyResult<Vec<_>>>()?)?;
@@ -114,33 +115,30 @@ pub fn _unflatten_node<'py>(
         Rule::Custom { .. } => metadata.clone(),
         Rule::Static => {
             if !children.is_empty() {
-                return Err(TreeError::Value(format!(
-                    "a {} node has no children, got {}",
-                    cls()?,
-                    children.len()
-                ))
+                return Err(TreeError::NodeChildren {
+                    cls: cls()?,
+                    expected: None,
+                    got: children.len(),
+                }
                 .into());
             }
             metadata.clone()
         }
         Rule::Dataclass { data, meta, .. } => {
             if children.len() != data.len() {
-                return Err(TreeError::Value(format!(
-                    "a {} node has {} children, got {}",
-                    cls()?,
-                    data.len(),
-                    children.len()
-                ))
+                return Err(TreeError::NodeChildren {
+                    cls: cls()?,
+                    expected: Some(data.len()),
+                    got: children.len(),
+                }
                 .into());
             }
             meta_values(py, metadata, meta).ok_or_else(|| -> PyErr {
-                let names: Vec<String> = meta.iter().map(|n| n.to_string()).collect();
-                TreeError::Type(format!(
-                    "the metadata of a {} node is ((name, value), ...) for its meta fields \
-                     {names:?}, got {}",
-                    cls().unwrap_or_default(),
-                    crate::errors::short_repr(metadata, 80)
-                ))
+                TreeError::NodeMetadata {
+                    cls: cls().unwrap_or_default(),
+                    names: meta.iter().map(|n| n.to_string()).collect(),
+                    got: crate::errors::short_repr(metadata, 80),
+                }
                 .into()
             })?
         }
@@ -312,7 +310,7 @@ pub fn _broadcast_common<'py>(
         values.push(flat.leaves);
     }
     let Some(first) = specs.first() else {
-        return Err(TreeError::Type("broadcasting to a common suffix needs a tree".into()).into());
+        return Err(TreeError::SuffixOfNothing.into());
     };
     let mut folded: Option<PyTreeSpec> = None;
     for spec in &specs[1..] {
@@ -412,11 +410,14 @@ pub fn _tree_reduce<'py>(
 }
 
 /// The one optional value a `*args` of at most one item holds.
-fn optional<'py>(args: &Bound<'py, PyTuple>, what: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+fn optional<'py>(
+    args: &Bound<'py, PyTuple>,
+    what: &'static str,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
     match args.len() {
         0 => Ok(None),
         1 => Ok(Some(args.get_item(0)?)),
-        n => Err(TreeError::Type(format!("expected at most one {what} value, got {n}")).into()),
+        got => Err(TreeError::TooManyValues { what, got }.into()),
     }
 }
 
@@ -522,11 +523,9 @@ pub fn _tree_transpose<'py>(
         Some(inner) => inner.get(),
         None => {
             if !jax && outer.num_leaves() == 0 {
-                return Err(TreeError::Value(format!(
-                    "Tree structures must have at least one leaf. Cannot infer the inner \
-                     structure under an outer structure with no leaves: {}.",
-                    repr(outer)?
-                ))
+                return Err(TreeError::Transpose(TransposeFault::CannotInfer {
+                    outer: repr(outer)?,
+                })
                 .into());
             }
             let first = registry::with_registry(|reg| {
@@ -534,7 +533,7 @@ pub fn _tree_transpose<'py>(
             })?
             .into_iter()
             .next()
-            .ok_or_else(|| TreeError::Index("list index out of range".into()))?;
+            .ok_or_else(|| TreeError::Transpose(TransposeFault::NoFirstLeaf))?;
             let opts = Options::on_face(is_leaf, none_is_leaf, namespace, jax);
             inferred = crate::walk::structure_impl(&first, &opts)?;
             inferred.get()
@@ -545,23 +544,18 @@ pub fn _tree_transpose<'py>(
         Some(flat) => flat,
         None => {
             if inner.none_is_leaf != none_is_leaf {
-                return Err(TreeError::Value(
-                    "Tree structures must have the same none_is_leaf value.".into(),
-                )
-                .into());
+                return Err(TreeError::Transpose(TransposeFault::NoneIsLeaf).into());
             }
             crate::treespec::ops::check_same_namespace(
-                py,
                 &outer.namespace,
                 &inner.namespace,
                 "Tree structures",
             )?;
             if outer_size == 0 || inner_size == 0 {
-                return Err(TreeError::Value(format!(
-                    "Tree structures must have at least one leaf. Got outer {} and inner {}.",
-                    repr(outer)?,
-                    repr(inner)?
-                ))
+                return Err(TreeError::Transpose(TransposeFault::Empty {
+                    outer: repr(outer)?,
+                    inner: repr(inner)?,
+                })
                 .into());
             }
             let namespace = if namespace.is_empty() {
@@ -576,10 +570,11 @@ pub fn _tree_transpose<'py>(
     if leaves.len() != outer_size * inner_size {
         let expected = ops::compose(py, outer, inner)?;
         let (got, expected) = (repr(spec.get())?, repr(&expected)?);
-        return Err(TreeError::Type(if jax {
-            format!("Mismatch\n{got}\n != \n{expected}")
-        } else {
-            format!("Tree structure mismatch; expected: {expected}, got: {got}.")
+        let face = if jax { Face::Jax } else { Face::Optree };
+        return Err(TreeError::Transpose(TransposeFault::Mismatch {
+            face,
+            expected,
+            got,
         })
         .into());
     }
@@ -637,10 +632,10 @@ pub fn _transpose_outputs<'py>(
         Some(inner) => inner.get(),
         None => {
             let Some(first) = outputs.first() else {
-                return Err(TreeError::TransposeNoLeaves {
+                return Err(TreeError::Transpose(TransposeFault::NoLeaves {
                     which: "outer",
                     spec: repr(outer)?,
-                }
+                })
                 .into());
             };
             let opts = Options::on_face(is_leaf, none_is_leaf, namespace, false);
@@ -649,10 +644,10 @@ pub fn _transpose_outputs<'py>(
         }
     };
     if inner.num_leaves() == 0 {
-        return Err(TreeError::TransposeNoLeaves {
+        return Err(TreeError::Transpose(TransposeFault::NoLeaves {
             which: "inner",
             spec: repr(inner)?,
-        }
+        })
         .into());
     }
     let mut leaves = Vec::with_capacity(outputs.len() * inner.num_leaves());

@@ -133,12 +133,11 @@ fn last_of<'py>(
 ) -> PyResult<Last> {
     let py = entry.py();
     let compiled = entry.getattr(intern!(py, "compiled"))?;
-    let compiled = compiled.cast_into::<PyDict>().map_err(|e| {
-        TreeError::Type(format!(
-            "filter_jit: an entry's compiled cache must be a dict, got {}",
-            type_name(e.into_inner().as_any())
-        ))
-    })?;
+    let compiled = compiled
+        .cast_into::<PyDict>()
+        .map_err(|e| TreeError::CompiledCacheNotDict {
+            type_name: type_name(e.into_inner().as_any()),
+        })?;
     Ok(Last {
         graphdef: graphdef.unbind(),
         types: types.unbind(),

@@ -25,7 +25,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use pyo3::PyTraverseError;
 
-use crate::errors::{type_name, TreeError};
+use crate::errors::{type_name, StateOf, TreeError};
 use crate::face::options::Options;
 use crate::face::Face;
 use crate::invariant::Invariant;
@@ -335,14 +335,10 @@ fn rebuild_shared<'py>(
             }
         }
         if let Some(&i) = pending.iter().find(|&&i| !r.done[i]) {
-            return Err(TreeError::Value(format!(
-                "graph_unflatten: cannot rebuild the {} at {}: it is on a reference cycle that \
-                 passes only through nodes built from their children (tuples, namedtuples, \
-                 registered classes); such a cycle needs a list, dict, deque or other mutable \
-                 container to close through",
-                node_type_name(py, &spec.nodes[i]),
-                gd.path_of(py, i)
-            ))
+            return Err(TreeError::ImmutableCycle {
+                node_type: node_type_name(py, &spec.nodes[i]),
+                path: gd.path_of(py, i),
+            }
             .into());
         }
     }
@@ -718,7 +714,12 @@ pub fn _rebuild_graphdef<'py>(
     num_roots: &Bound<'py, PyAny>,
     refs: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, GraphDef>> {
-    let bad = |why: String| PyErr::from(TreeError::GraphDefState(why));
+    let bad = |why: String| {
+        PyErr::from(TreeError::State {
+            of: StateOf::GraphDef,
+            why,
+        })
+    };
     // Numbers out of range are a corrupted state like any other: ValueError, not the
     // OverflowError of an integer conversion.
     let num_roots: usize = num_roots.extract().map_err(|_| {

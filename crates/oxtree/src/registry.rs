@@ -391,7 +391,9 @@ fn warn_override(cls: &Bound<'_, PyType>, namespace: &str) -> PyResult<()> {
         PyString::new(py, namespace).repr()?
     );
     let category = py.get_type::<pyo3::exceptions::PyUserWarning>();
-    let message = std::ffi::CString::new(message).map_err(|e| TreeError::Value(e.to_string()))?;
+    let message = std::ffi::CString::new(message).map_err(|e| TreeError::WarningNul {
+        position: e.nul_position(),
+    })?;
     PyErr::warn(py, category.as_any(), &message, 1)
 }
 

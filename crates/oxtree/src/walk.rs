@@ -555,32 +555,22 @@ type Rules<'py> = (Vec<Bound<'py, PyAny>>, Vec<Bound<'py, PyAny>>);
 /// The (pattern, label) pairs of `tree_labels`'s rules: a mapping's items in its order, or
 /// an iterable of pairs.
 fn rule_pairs<'py>(rules: &Bound<'py, PyAny>) -> PyResult<Rules<'py>> {
-    let bad = |what: String| -> PyErr {
-        TreeError::Type(format!(
-            "tree_labels: rules is a mapping from patterns to labels or a sequence of \
-             (pattern, label) pairs, {what}"
-        ))
+    let bad = || -> PyErr {
+        TreeError::NotRules {
+            type_name: type_name(rules),
+            shown: short_repr(rules, 60),
+        }
         .into()
     };
     if rules.is_instance_of::<PyString>() || rules.is_instance_of::<pyo3::types::PyBytes>() {
-        return Err(bad(format!(
-            "got {}: {}",
-            type_name(rules),
-            short_repr(rules, 60)
-        )));
+        return Err(bad());
     }
     let items = if rules.is_instance_of::<PyDict>() || rules.hasattr("items")? {
         rules.call_method0("items")?
     } else {
         rules.clone()
     };
-    let iter = items.try_iter().map_err(|_| {
-        bad(format!(
-            "got {}: {}",
-            type_name(rules),
-            short_repr(rules, 60)
-        ))
-    })?;
+    let iter = items.try_iter().map_err(|_| bad())?;
     let (mut patterns, mut labels) = (Vec::new(), Vec::new());
     for item in iter {
         let item = item?;
@@ -595,10 +585,10 @@ fn rule_pairs<'py>(rules: &Bound<'py, PyAny>) -> PyResult<Rules<'py>> {
                 labels.push(l);
             }
             _ => {
-                return Err(bad(format!(
-                    "got the item {} (not a pair)",
-                    short_repr(&item, 60)
-                )))
+                return Err(TreeError::RuleNotAPair {
+                    shown: short_repr(&item, 60),
+                }
+                .into())
             }
         }
     }
@@ -628,12 +618,11 @@ pub fn labels_impl<'py>(
                         .swap_remove(i)
                         .into_any();
                     let unmatched = hits.iter().filter(|&&h| h == NO_MATCH).count();
-                    return Err(TreeError::Value(format!(
-                        "tree_labels: no rule matches the leaf at {} ({unmatched} of {} \
-                         leaves match none); add a rule for it or give a default",
-                        repr_keystr(&path)?,
-                        hits.len()
-                    ))
+                    return Err(TreeError::NoRuleMatches {
+                        path: repr_keystr(&path)?,
+                        unmatched,
+                        total: hits.len(),
+                    }
                     .into());
                 }
             },
@@ -660,20 +649,8 @@ pub fn set_matching_impl<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = tree.py();
     match (&value, func) {
-        (Some(_), Some(_)) => {
-            return Err(TreeError::Type(
-                "tree_set_matching: give either value or func, not both".into(),
-            )
-            .into())
-        }
-        (None, None) => {
-            return Err(TreeError::Type(
-                "tree_set_matching: give the value to put at the matching leaves, or func \
-                 (a function of (key_path, leaf))"
-                    .into(),
-            )
-            .into())
-        }
+        (Some(_), Some(_)) => return Err(TreeError::SetMatchingArgs { both: true }.into()),
+        (None, None) => return Err(TreeError::SetMatchingArgs { both: false }.into()),
         (None, Some(f)) if !f.is_callable() => {
             return Err(TreeError::NotCallable {
                 what: "tree_set_matching: func".into(),

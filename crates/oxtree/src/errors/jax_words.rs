@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PySet, PyType};
 
-use super::model::{repr, repr_of, str_of, Expected, Mismatch, PrefixDiff, TreeError};
+use super::model::{
+    repr, repr_of, str_of, Expected, Mismatch, PrefixDiff, TransposeFault, TreeError,
+};
 use crate::kind::Kind;
 
 /// A tree against a treedef node (`flatten_up_to`), in jaxlib's words.
@@ -223,6 +225,22 @@ pub(super) fn message(err: &TreeError) -> String {
                  semantics. (Note: arrays cannot be passed as metadata fields!)"
             )
         }
+        TreeError::Transpose(TransposeFault::Mismatch { expected, got, .. }) => {
+            format!("Mismatch\n{got}\n != \n{expected}")
+        }
+        TreeError::NotAPrefix => "`prefix_treedef` is not a prefix of `full_treedef`".into(),
+        TreeError::ProtoUserNode => "User-defined nodes are not supported when serializing \
+                                     pytrees as protocol buffers. You should either convert \
+                                     the user-defined nodes to another type or use pickle \
+                                     instead."
+            .into(),
+        TreeError::ProtoKeyNotStr => {
+            "Only string keys are supported in proto pytree serialization.".into()
+        }
+        // jaxlib's words, then the two counts.
+        TreeError::IterableArity { arity, got } => format!(
+            "Arity mismatch between trees: a node of {arity} children got an iterable of {got}"
+        ),
         TreeError::UnsortableKeys => {
             "Comparator raised exception while sorting pytree dictionary keys.".into()
         }

@@ -107,14 +107,18 @@ pub enum TreeError {
         name: String,
         kind: String,
     },
-    /// A bad argument.
-    Type(String),
-    /// A bad value (of a pickled state, a composition...).
-    Value(String),
-    /// An index out of range.
-    Index(String),
-    /// A result too large to allocate (its size came from the input).
-    Memory(String),
+    /// A result of `what` (`PyTreeSpec.compose`, `graft`, `transform`) too large to allocate:
+    /// `nodes`, its size, which came from the input (None: too large to count) (MemoryError).
+    TooManyNodes {
+        what: &'static str,
+        nodes: Option<usize>,
+    },
+    /// The key path of a mismatch, retraced with the registered functions, meets a node with
+    /// fewer children than the first walk found (a flatten function that answers otherwise
+    /// the second time, or a tree changed in between).
+    RetraceNoChild,
+    /// Likewise, a node that no longer matches its treespec node.
+    RetraceDiffers,
 
     // Registration (optree's words; the JAX face registers through the same checks).
     /// The namespace argument is not a str (TypeError). `got`: its repr.
@@ -142,6 +146,33 @@ pub enum TreeError {
         expected: &'static str,
         got: String,
     },
+    /// `is_leaf` that is neither callable nor None (TypeError).
+    IsLeafNotCallable { type_name: String },
+    /// A `*args` of at most one `what` value (`initial`, `identity`) given `got` (TypeError).
+    TooManyValues { what: &'static str, got: usize },
+    /// JAX's form of `PyTreeSpec.walk` called without its leaves (TypeError).
+    WalkLeavesMissing,
+    /// A child index out of range: `PyTreeSpec::{method}()` (`Child`, `Entry`) of a node
+    /// with `arity` children (IndexError).
+    ChildIndex {
+        method: &'static str,
+        index: isize,
+        arity: isize,
+    },
+    /// `filter_jit` found an entry whose compiled cache is no dict (TypeError).
+    CompiledCacheNotDict { type_name: String },
+    /// `broadcast_flattened_prefix_with_treedef` given another number of prefix leaves than
+    /// the prefix treedef has.
+    PrefixLeafCount { got: usize, expected: usize },
+    /// JAX's words: `broadcast_flattened_prefix_with_treedef`'s prefix treedef is no prefix
+    /// of its full treedef.
+    NotAPrefix,
+    /// `graph_unflatten` met a node (`node_type`, at `path`) on a reference cycle that only
+    /// nodes built from their children close, which no order of building can rebuild.
+    ImmutableCycle { node_type: String, path: String },
+    /// A warning's text with a NUL character (at byte `position`), which a warning cannot
+    /// carry (Rust's `NulError` words).
+    WarningNul { position: usize },
     /// A registration was given something that is no class (TypeError).
     NotAClass { got: String },
     /// `init_names` does not name every data and meta field.
@@ -189,8 +220,17 @@ pub enum TreeError {
     UnsortableKeys,
 
     // States and reprs.
-    /// A GraphDef's pickled state does not describe a graph.
-    GraphDefState(String),
+    /// A serialized form (`of`) that describes nothing oxtree can rebuild (`why`: what is
+    /// wrong with it, where).
+    State { of: StateOf, why: String },
+    /// `serialize_using_proto` of a treespec of the main face.
+    ProtoFaceOnly,
+    /// JAX's refusal to serialize a registered node as a protocol buffer.
+    ProtoUserNode,
+    /// JAX's refusal to serialize a dict key that is no str as a protocol buffer.
+    ProtoKeyNotStr,
+    /// JAX's `from_iterable_tree` given an iterable of another length than its node's arity.
+    IterableArity { arity: usize, got: usize },
     /// A namedtuple class whose `_fields` changed since the treespec was made (optree's
     /// words).
     NamedTupleFields {
@@ -211,9 +251,111 @@ pub enum TreeError {
     EmptyReduce,
     /// `tree_reduce_associative` of a tree without leaves and no identity (TypeError).
     EmptyAssociativeReduce,
-    /// optree's `tree_transpose_map` met a structure without leaves (`which`: `outer`,
-    /// `inner`; `spec`: its repr).
-    TransposeNoLeaves { which: &'static str, spec: String },
+    /// A transpose that cannot be done (`tree_transpose`, optree's `tree_transpose_map`).
+    Transpose(TransposeFault),
+
+    // Treespecs that do not go together (composing, broadcasting, merging).
+    /// Treespecs with different `none_is_leaf` where `op` needs one: with both values
+    /// (`PyTreeSpec.compose`) or without (`broadcast_to_common_suffix`).
+    NoneIsLeafDiffers {
+        op: &'static str,
+        values: Option<(bool, bool)>,
+    },
+    /// Treespecs of different faces where `op` needs one.
+    FacesDiffer { op: &'static str },
+    /// Treespecs of two different non-global namespaces merged into one.
+    NamespacesDiffer { a: String, b: String },
+    /// optree's check that `subject` (`PyTreeSpecs`, `Tree structures`) share a namespace.
+    SameNamespace {
+        subject: &'static str,
+        a: String,
+        b: String,
+    },
+    /// optree's guard for merged treespecs: a custom node's type (`ty`, its repr) resolves
+    /// in `namespace` to another registration than the one it holds; `what` completes
+    /// "PyTreeSpecs cannot be ...".
+    StaleRegistration {
+        what: &'static str,
+        ty: String,
+        namespace: String,
+    },
+    /// `compose` given another number of inner treespecs than the outer one has leaves.
+    ComposeCount { expected: usize, got: usize },
+    /// `compose` given an inner treespec whose `none_is_leaf` is not the outer one's.
+    ComposeNoneIsLeaf { none_is_leaf: bool },
+    /// Broadcasting to a common suffix given no tree at all (TypeError).
+    SuffixOfNothing,
+
+    // Node data: a node rebuilt from its data and children.
+    /// A registered node rebuilt from another number of children than it has (`cls`: its
+    /// class; `expected`: None for a static node, which has none, else its data fields).
+    NodeChildren {
+        cls: String,
+        expected: Option<usize>,
+        got: usize,
+    },
+    /// A dataclass node's metadata that is no `((name, value), ...)` for its meta fields
+    /// `names` (TypeError; `got`: shown).
+    NodeMetadata {
+        cls: String,
+        names: Vec<String>,
+        got: String,
+    },
+    /// JAX's `from_node_data_and_children` given node data and children that make no node.
+    FromNodeData(NodeDataFault),
+    /// A `_ModuleDef` made of name, kind and key lists of different lengths.
+    ModuleDefCounts {
+        names: usize,
+        kinds: usize,
+        keys: usize,
+    },
+    /// A Module's `what` (`aux data`, `_oxtree_def`) that is no `_ModuleDef` (TypeError;
+    /// `got`: shown).
+    NotModuleDef { what: &'static str, got: String },
+    /// A Module rebuilt from children and aux data that do not fit (`cls`: its qualified
+    /// name; `aux`: shown).
+    ModuleRebuild {
+        cls: String,
+        children: usize,
+        aux: String,
+    },
+
+    // Path patterns (`caller`: the function they were given to).
+    /// A malformed glob: what is wrong (`what`) at which character (`at`, 0-based).
+    BadPattern {
+        caller: String,
+        pattern: String,
+        at: usize,
+        what: String,
+    },
+    /// More patterns in one call than can be numbered.
+    TooManyPatterns { caller: String },
+    /// A compiled bytes regular expression, which cannot match key paths (TypeError;
+    /// `shown`: its repr).
+    BytesRegex { caller: String, shown: String },
+    /// Something that is no path pattern (TypeError; `shown`: a short repr).
+    NotAPattern {
+        caller: String,
+        type_name: String,
+        shown: String,
+    },
+
+    // Labels and matching leaves (`tree_labels`, `tree_set_matching`).
+    /// `tree_labels`'s rules that are neither a mapping nor a sequence of pairs (TypeError;
+    /// `shown`: a short repr).
+    NotRules { type_name: String, shown: String },
+    /// An item of `tree_labels`'s rules that is no pair (TypeError; `shown`: a short repr).
+    RuleNotAPair { shown: String },
+    /// `tree_labels` without a default: no rule matches the leaf at `path` (its keystr's
+    /// repr); `unmatched` of `total` leaves match none.
+    NoRuleMatches {
+        path: String,
+        unmatched: usize,
+        total: usize,
+    },
+    /// `tree_set_matching` given both `value` and `func` (`both`), or neither (TypeError).
+    SetMatchingArgs { both: bool },
+
     /// A prefix tree is no prefix of the full tree: the first `PrefixMismatch`, rendered
     /// with the prefix tree's name (`in_axes`, `tree_map tree`).
     Prefix {
@@ -266,6 +408,77 @@ pub enum FlattenFault {
     Length(usize),
     /// Children and entries differ in number.
     EntriesCount { children: usize, entries: usize },
+}
+
+/// Why a transpose cannot be done. optree's words, but for `Mismatch` and `NoFirstLeaf`.
+#[derive(Debug)]
+pub enum TransposeFault {
+    /// optree's `tree_transpose_map` met a structure without leaves (`which`: `outer`,
+    /// `inner`; `spec`: its repr).
+    NoLeaves { which: &'static str, spec: String },
+    /// optree: no inner structure given, and an outer one without leaves to infer it under
+    /// (`outer`: its repr).
+    CannotInfer { outer: String },
+    /// JAX: no inner structure given, and no first subtree to infer it from (the IndexError
+    /// of JAX's `[0]`, in Python's words).
+    NoFirstLeaf,
+    /// optree: the outer and the inner structure differ in `none_is_leaf`.
+    NoneIsLeaf,
+    /// optree: a structure without leaves (both reprs).
+    Empty { outer: String, inner: String },
+    /// The tree's structure is not the outer one composed with the inner one (TypeError, in
+    /// `face`'s words; both reprs).
+    Mismatch {
+        face: Face,
+        expected: String,
+        got: String,
+    },
+}
+
+/// The serialized forms a treespec or graph is rebuilt from.
+#[derive(Debug, Clone, Copy)]
+pub enum StateOf {
+    /// A pickled PyTreeSpec (`__setstate__`, `_from_nodes`).
+    PyTreeSpec,
+    /// A pickled GraphDef.
+    GraphDef,
+    /// JAX's `PyTreeDefProto` bytes (`deserialize_using_proto`).
+    Proto,
+}
+
+/// Why JAX's node data (`(type, data)` or None) and children make no node (`arity`: the
+/// number of children).
+#[derive(Debug)]
+pub enum NodeDataFault {
+    /// A leaf (None) given children.
+    LeafChildren,
+    /// Neither `(type, data)` nor None.
+    NotAPair,
+    /// `node_data[0]` is no type.
+    NotAType,
+    /// A None node given children.
+    NoneChildren { arity: usize },
+    /// A defaultdict's data that is no `(factory, keys)`.
+    DefaultDictData,
+    /// Another number of dict keys than children.
+    KeyCount { keys: usize, arity: usize },
+    /// Unhashable dict keys.
+    UnhashableKeys,
+    /// Repeated dict keys (`keys`: shown).
+    RepeatedKeys { keys: String },
+    /// Dict keys not in sorted order.
+    UnsortedKeys,
+    /// A namedtuple class (`ty`: its name) with another number of fields than children.
+    Fields {
+        ty: String,
+        fields: usize,
+        arity: usize,
+    },
+    /// A type that is no registered node (`ty`: its name).
+    NotRegistered { ty: String },
+    /// Data and children that do not fit the type's registration (`why`: the registration's
+    /// check, `custom::misfit`).
+    Misfit { why: String },
 }
 
 /// What a `PyTreeSpec.transform` function returned wrong. `input`: the treespec it was

@@ -6,7 +6,7 @@ use pyo3::types::PyList;
 
 use super::model::{
     repr, repr_of, Expected, FlattenFault, Mismatch, PrefixDiff, SpecMismatch, TransformFault,
-    TreeError,
+    TransposeFault, TreeError,
 };
 use crate::kind::Kind;
 
@@ -299,11 +299,52 @@ pub(super) fn message(err: &TreeError) -> String {
                 }
             }
         }
-        TreeError::TransposeNoLeaves { which, spec } => {
-            format!("The {which} structure must have at least one leaf. Got: {spec}.")
-        }
+        TreeError::Transpose(fault) => transpose(fault),
+        TreeError::SameNamespace { subject, a, b } => format!(
+            "{subject} must have the same namespace, got {} vs. {}.",
+            str_repr(a),
+            str_repr(b)
+        ),
+        TreeError::StaleRegistration {
+            what,
+            ty,
+            namespace,
+        } => format!(
+            "PyTreeSpecs cannot be {what}: custom PyTree type {ty} no longer resolves to its \
+             original registration in namespace {}.",
+            str_repr(namespace)
+        ),
         other => other.to_string(),
     }
+}
+
+/// optree's words for a transpose that cannot be done (JAX's own `Mismatch` aside).
+fn transpose(fault: &TransposeFault) -> String {
+    match fault {
+        TransposeFault::NoLeaves { which, spec } => {
+            format!("The {which} structure must have at least one leaf. Got: {spec}.")
+        }
+        TransposeFault::CannotInfer { outer } => format!(
+            "Tree structures must have at least one leaf. Cannot infer the inner structure \
+             under an outer structure with no leaves: {outer}."
+        ),
+        TransposeFault::NoneIsLeaf => {
+            "Tree structures must have the same none_is_leaf value.".into()
+        }
+        TransposeFault::Empty { outer, inner } => format!(
+            "Tree structures must have at least one leaf. Got outer {outer} and inner {inner}."
+        ),
+        TransposeFault::Mismatch { expected, got, .. } => {
+            format!("Tree structure mismatch; expected: {expected}, got: {got}.")
+        }
+        // Python's words: optree has no such case, JAX indexes an empty list.
+        TransposeFault::NoFirstLeaf => "list index out of range".into(),
+    }
+}
+
+/// Python's `repr` of a str (a namespace, as optree shows it).
+fn str_repr(s: &str) -> String {
+    Python::attach(|py| repr(pyo3::types::PyString::new(py, s).as_any()))
 }
 
 /// `a - b` as a sorted list (set difference; optree's missing and extra keys).

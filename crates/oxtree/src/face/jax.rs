@@ -200,18 +200,14 @@ pub fn broadcast_flattened_prefix_with_treedef<'py>(
         .collect::<PyResult<Vec<Bound<'py, PyAny>>>>()?;
     let (prefix, full) = (&*prefix_treedef, &*full_treedef);
     if leaves.len() != prefix.num_leaves() {
-        return Err(TreeError::Value(format!(
-            "broadcast_flattened_prefix_with_treedef: {} prefix leaves for a prefix treedef \
-             of {} leaves",
-            leaves.len(),
-            prefix.num_leaves()
-        ))
+        return Err(TreeError::PrefixLeafCount {
+            got: leaves.len(),
+            expected: prefix.num_leaves(),
+        }
         .into());
     }
     let Some(places) = ops::prefix_leaf_places(py, prefix, full)? else {
-        return Err(
-            TreeError::Value("`prefix_treedef` is not a prefix of `full_treedef`".into()).into(),
-        );
+        return Err(TreeError::NotAPrefix.into());
     };
     let mut out = Vec::with_capacity(full.num_leaves());
     for (leaf, j) in leaves.iter().zip(places) {

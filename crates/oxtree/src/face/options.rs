@@ -68,10 +68,9 @@ impl<'a, 'py> Options<'a, 'py> {
 
 pub fn check_is_leaf(is_leaf: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
     match is_leaf {
-        Some(f) if !f.is_callable() => Err(TreeError::Type(format!(
-            "is_leaf must be a callable or None, got {}",
-            type_name(f)
-        ))
+        Some(f) if !f.is_callable() => Err(TreeError::IsLeafNotCallable {
+            type_name: type_name(f),
+        }
         .into()),
         _ => Ok(()),
     }

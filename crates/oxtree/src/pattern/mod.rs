@@ -512,18 +512,13 @@ fn is_regex(obj: &Bound<'_, PyAny>) -> bool {
 }
 
 /// The ValueError of a malformed glob, pointing at the character.
-fn malformed_error(py: Python<'_>, caller: &str, pattern: &str, bad: Malformed) -> PyErr {
-    let caret: String = pattern
-        .chars()
-        .take(bad.at)
-        .map(|c| if c == '\t' { '\t' } else { ' ' })
-        .collect();
-    TreeError::Value(format!(
-        "{caller}: invalid path pattern {} at position {}: {}\n    {pattern}\n    {caret}^",
-        repr(PyString::new(py, pattern).as_any()),
-        bad.at,
-        bad.what,
-    ))
+fn malformed_error(caller: &str, pattern: &str, bad: Malformed) -> PyErr {
+    TreeError::BadPattern {
+        caller: caller.to_owned(),
+        pattern: pattern.to_owned(),
+        at: bad.at,
+        what: bad.what,
+    }
     .into()
 }
 
@@ -544,8 +539,9 @@ impl Matcher {
         };
         let mut sources = Vec::new();
         for (tag, pattern) in patterns.into_iter().enumerate() {
-            let tag = u32::try_from(tag)
-                .map_err(|_| TreeError::Value(format!("{caller}: too many patterns")))?;
+            let tag = u32::try_from(tag).map_err(|_| TreeError::TooManyPatterns {
+                caller: caller.to_owned(),
+            })?;
             if let Ok(pp) = pattern.cast::<PathPattern>() {
                 for source in pp.get().sources.bind(pattern.py()).iter() {
                     m.add(caller, tag, &source)?;
@@ -563,8 +559,7 @@ impl Matcher {
     fn add(&mut self, caller: &str, tag: u32, pattern: &Bound<'_, PyAny>) -> PyResult<()> {
         if let Ok(text) = pattern.cast::<PyString>() {
             let text = str_text(text);
-            let steps =
-                parse(&text).map_err(|bad| malformed_error(pattern.py(), caller, &text, bad))?;
+            let steps = parse(&text).map_err(|bad| malformed_error(caller, &text, bad))?;
             self.starts.push(self.states.len());
             self.states.extend(steps.into_iter().map(State::Step));
             self.parts.push(Part::Glob {
@@ -573,22 +568,21 @@ impl Matcher {
             self.states.push(State::Accept);
         } else if is_regex(pattern) {
             if !pattern.getattr("pattern")?.is_instance_of::<PyString>() {
-                return Err(TreeError::Type(format!(
-                    "{caller}: a bytes regular expression cannot match key paths (str): {}",
-                    repr(pattern)
-                ))
+                return Err(TreeError::BytesRegex {
+                    caller: caller.to_owned(),
+                    shown: repr(pattern),
+                }
                 .into());
             }
             self.parts
                 .push(Part::Regex(pattern.getattr("fullmatch")?.unbind()));
             self.has_regex = true;
         } else {
-            return Err(TreeError::Type(format!(
-                "{caller}: a path pattern is a str (a glob over keystr), a compiled re.Pattern \
-                 or a PathPattern, got {}: {}",
-                type_name(pattern),
-                crate::errors::short_repr(pattern, 60)
-            ))
+            return Err(TreeError::NotAPattern {
+                caller: caller.to_owned(),
+                type_name: type_name(pattern),
+                shown: crate::errors::short_repr(pattern, 60),
+            }
             .into());
         }
         self.tags.push(tag);

@@ -109,7 +109,7 @@ pub fn give_back_nodes(slot: Buffer, nodes: Nodes) {
 
 /// An empty node vector with room for `size` nodes, a number that came from the input
 /// (`None` when computing it overflowed).
-pub fn node_vec(size: Option<usize>, what: &str) -> PyResult<Nodes> {
+pub fn node_vec(size: Option<usize>, what: &'static str) -> PyResult<Nodes> {
     let mut nodes = Nodes::new();
     reserve_nodes(&mut nodes, size, what)?;
     Ok(nodes)
@@ -117,15 +117,11 @@ pub fn node_vec(size: Option<usize>, what: &str) -> PyResult<Nodes> {
 
 /// Room for `more` nodes in `out` (`None`: a count that overflowed): a result too large to
 /// allocate raises MemoryError, never aborts the process.
-pub fn reserve_nodes(out: &mut Nodes, more: Option<usize>, what: &str) -> PyResult<()> {
+pub fn reserve_nodes(out: &mut Nodes, more: Option<usize>, what: &'static str) -> PyResult<()> {
     let total = more.and_then(|m| m.checked_add(out.len()));
     match (more, total) {
         (Some(m), Some(n)) if n <= MAX_NODES && out.try_reserve(m).is_ok() => Ok(()),
-        _ => Err(TreeError::Memory(format!(
-            "{what}: the result would have {} nodes, more than can be allocated",
-            total.map_or_else(|| "too many".to_owned(), |n| n.to_string())
-        ))
-        .into()),
+        _ => Err(TreeError::TooManyNodes { what, nodes: total }.into()),
     }
 }
 
@@ -235,12 +231,12 @@ impl PyTreeSpec {
         path_text::render(root, &entries)
     }
 
-    fn check_same_options(&self, other: &PyTreeSpec, what: &str) -> Result<(), TreeError> {
+    fn check_same_options(&self, other: &PyTreeSpec, what: &'static str) -> Result<(), TreeError> {
         if self.none_is_leaf != other.none_is_leaf {
-            return Err(TreeError::Value(format!(
-                "{what}: the treespecs disagree on none_is_leaf ({} and {})",
-                self.none_is_leaf, other.none_is_leaf
-            )));
+            return Err(TreeError::NoneIsLeafDiffers {
+                op: what,
+                values: Some((self.none_is_leaf, other.none_is_leaf)),
+            });
         }
         Ok(())
     }

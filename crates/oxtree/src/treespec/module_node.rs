@@ -62,12 +62,11 @@ impl ModuleDef {
         key: Bound<'_, PyAny>,
     ) -> PyResult<ModuleDef> {
         if kinds.len() != names.len() || keys.len() != names.len() {
-            return Err(TreeError::Value(format!(
-                "_ModuleDef: {} names, {} kinds and {} keys",
-                names.len(),
-                kinds.len(),
-                keys.len()
-            ))
+            return Err(TreeError::ModuleDefCounts {
+                names: names.len(),
+                kinds: kinds.len(),
+                keys: keys.len(),
+            }
             .into());
         }
         Ok(ModuleDef {
@@ -195,13 +194,13 @@ fn parts<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Parts<'py>> {
 /// `aux` as a `ModuleDef`; `what` names it in the TypeError.
 fn module_def<'a, 'py>(
     aux: &'a Bound<'py, PyAny>,
-    what: &str,
+    what: &'static str,
 ) -> PyResult<&'a Bound<'py, ModuleDef>> {
     aux.cast::<ModuleDef>().map_err(|_| {
-        TreeError::Type(format!(
-            "a Module's {what} must be a _ModuleDef, got {}",
-            short_repr(aux, 80)
-        ))
+        TreeError::NotModuleDef {
+            what,
+            got: short_repr(aux, 80),
+        }
         .into()
     })
 }
@@ -287,12 +286,11 @@ fn rebuild<'py>(
     let py = ty.py();
     let d = module_def(aux, "aux data")?.get();
     let (Some(others), true) = (&d.others, d.names.bind(py).len() == children.len()) else {
-        return Err(TreeError::Value(format!(
-            "cannot rebuild a {} from {} children and aux data {}",
-            ty.qualname()?,
-            children.len(),
-            short_repr(aux, 80)
-        ))
+        return Err(TreeError::ModuleRebuild {
+            cls: ty.qualname()?.to_string(),
+            children: children.len(),
+            aux: short_repr(aux, 80),
+        }
         .into());
     };
     let new = NEW.get_or_try_init(py, || {

@@ -4,14 +4,14 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use super::{compare, node_vec, Node, Nodes, PyTreeSpec};
-use crate::errors::{SpecMismatch, TransformFault, TreeError};
+use crate::errors::{NodeDataFault, SpecMismatch, TransformFault, TreeError};
 use crate::invariant::Invariant;
 use crate::kind::Kind;
 
 /// The treespec made by replacing every leaf of `spec` with `inner` (`PyTreeSpec.compose`).
 pub fn compose(py: Python<'_>, spec: &PyTreeSpec, inner: &PyTreeSpec) -> PyResult<PyTreeSpec> {
     spec.check_same_options(inner, "PyTreeSpec.compose")?;
-    check_same_namespace(py, &spec.namespace, &inner.namespace, "PyTreeSpecs")?;
+    check_same_namespace(&spec.namespace, &inner.namespace, "PyTreeSpecs")?;
     let leaves = spec.root().num_leaves;
     let size = (leaves.checked_mul(inner.nodes.len()))
         .and_then(|n| n.checked_add(spec.nodes.len() - leaves));
@@ -194,9 +194,10 @@ pub fn prefix_leaf_places(
 /// the other's subtree.
 pub fn common_suffix(py: Python<'_>, a: &PyTreeSpec, b: &PyTreeSpec) -> PyResult<PyTreeSpec> {
     if a.none_is_leaf != b.none_is_leaf {
-        return Err(TreeError::Value(
-            "broadcast_to_common_suffix: the treespecs disagree on none_is_leaf".into(),
-        )
+        return Err(TreeError::NoneIsLeafDiffers {
+            op: "broadcast_to_common_suffix",
+            values: None,
+        }
         .into());
     }
     let namespace = pick_namespace(&a.namespace, &b.namespace)?;
@@ -243,9 +244,9 @@ pub fn common_suffix(py: Python<'_>, a: &PyTreeSpec, b: &PyTreeSpec) -> PyResult
         }
     }
     if a.face != b.face {
-        return Err(TreeError::Value(
-            "broadcast_to_common_suffix: the treespecs are of different faces".into(),
-        )
+        return Err(TreeError::FacesDiffer {
+            op: "broadcast_to_common_suffix",
+        }
         .into());
     }
     Ok(PyTreeSpec::new(out, a.none_is_leaf, namespace).with_face(a.face))
@@ -256,24 +257,25 @@ fn pick_namespace(a: &str, b: &str) -> PyResult<String> {
         (true, _) => Ok(b.to_owned()),
         (_, true) => Ok(a.to_owned()),
         _ if a == b => Ok(a.to_owned()),
-        _ => Err(TreeError::Value(format!(
-            "the treespecs come from different namespaces ({a:?} and {b:?})"
-        ))
+        _ => Err(TreeError::NamespacesDiffer {
+            a: a.to_owned(),
+            b: b.to_owned(),
+        }
         .into()),
     }
 }
 
 /// optree's check that two treespecs (`subject`, as its messages name them) merged into one
 /// have one namespace, or an empty one that adopts the other's.
-pub fn check_same_namespace(py: Python<'_>, a: &str, b: &str, subject: &str) -> PyResult<()> {
+pub fn check_same_namespace(a: &str, b: &str, subject: &'static str) -> PyResult<()> {
     if a.is_empty() || b.is_empty() || a == b {
         return Ok(());
     }
-    Err(TreeError::Value(format!(
-        "{subject} must have the same namespace, got {} vs. {}.",
-        pyo3::types::PyString::new(py, a).repr()?,
-        pyo3::types::PyString::new(py, b).repr()?
-    ))
+    Err(TreeError::SameNamespace {
+        subject,
+        a: a.to_owned(),
+        b: b.to_owned(),
+    }
     .into())
 }
 
@@ -285,7 +287,7 @@ pub fn check_merged_registrations(
     py: Python<'_>,
     nodes: &[Node],
     namespace: &str,
-    what: &str,
+    what: &'static str,
 ) -> PyResult<()> {
     if namespace.is_empty() {
         return Ok(());
@@ -296,12 +298,11 @@ pub fn check_merged_registrations(
         let reg = reg.get_or_insert_with(crate::registry::snapshot);
         let found = reg.lookup(held.ty.as_ptr().cast(), namespace);
         if !found.is_some_and(|f| std::ptr::eq(std::sync::Arc::as_ptr(f), held)) {
-            return Err(TreeError::Value(format!(
-                "PyTreeSpecs cannot be {what}: custom PyTree type {} no longer resolves to its \
-                 original registration in namespace {}.",
-                held.ty.bind(py).repr()?,
-                pyo3::types::PyString::new(py, namespace).repr()?
-            ))
+            return Err(TreeError::StaleRegistration {
+                what,
+                ty: held.ty.bind(py).repr()?.to_string(),
+                namespace: namespace.to_owned(),
+            }
             .into());
         }
     }
@@ -315,20 +316,18 @@ pub fn graft(
     inner: &[PyRef<'_, PyTreeSpec>],
 ) -> PyResult<PyTreeSpec> {
     if inner.len() != spec.num_leaves() {
-        return Err(TreeError::Value(format!(
-            "expected {} treespecs, one for each leaf, got {}",
-            spec.num_leaves(),
-            inner.len()
-        ))
+        return Err(TreeError::ComposeCount {
+            expected: spec.num_leaves(),
+            got: inner.len(),
+        }
         .into());
     }
     let mut namespace = spec.namespace.clone();
     for s in inner {
         if s.none_is_leaf != spec.none_is_leaf {
-            return Err(TreeError::Value(format!(
-                "expected treespecs with none_is_leaf={}",
-                if spec.none_is_leaf { "True" } else { "False" }
-            ))
+            return Err(TreeError::ComposeNoneIsLeaf {
+                none_is_leaf: spec.none_is_leaf,
+            }
             .into());
         }
         namespace = pick_namespace(&namespace, &s.namespace)?;
@@ -519,29 +518,27 @@ pub fn from_jax_node_data(
     children: &[PyRef<'_, PyTreeSpec>],
 ) -> PyResult<PyTreeSpec> {
     use pyo3::types::{PyDict, PyTuple, PyType};
-    let bad = |why: String| -> PyErr {
-        TreeError::Value(format!("from_node_data_and_children: {why}")).into()
-    };
+    let bad = |fault: NodeDataFault| -> PyErr { TreeError::FromNodeData(fault).into() };
     let leaf = || {
         PyTreeSpec::new(vec![Node::LEAF].into(), false, String::new())
             .with_face(crate::face::Face::Jax)
     };
     if node_data.is_none() {
         if !children.is_empty() {
-            return Err(bad("a leaf has no children".into()));
+            return Err(bad(NodeDataFault::LeafChildren));
         }
         return Ok(leaf());
     }
     let pair = node_data
         .cast::<PyTuple>()
-        .map_err(|_| bad("node_data must be (type, data) or None".into()))?;
+        .map_err(|_| bad(NodeDataFault::NotAPair))?;
     if pair.len() != 2 {
-        return Err(bad("node_data must be (type, data) or None".into()));
+        return Err(bad(NodeDataFault::NotAPair));
     }
     let ty = pair.get_item(0)?;
     let ty = ty
         .cast::<PyType>()
-        .map_err(|_| bad("node_data[0] must be a type".into()))?;
+        .map_err(|_| bad(NodeDataFault::NotAType))?;
     let data = pair.get_item(1)?;
     let arity = children.len();
     let c = crate::types::collections(py);
@@ -554,7 +551,7 @@ pub fn from_jax_node_data(
         Node::bare(Kind::List, arity, 0, 0)
     } else if is(&py.None().bind(py).get_type()) {
         if arity != 0 {
-            return Err(bad(format!("None has no children, got {arity}")));
+            return Err(bad(NodeDataFault::NoneChildren { arity }));
         }
         Node::bare(Kind::None, 0, 0, 0)
     } else if is(&py.get_type::<PyDict>())
@@ -568,26 +565,28 @@ pub fn from_jax_node_data(
         } else {
             let fk = data
                 .cast::<PyTuple>()
-                .map_err(|_| bad("defaultdict data must be (factory, keys)".into()))?;
+                .map_err(|_| bad(NodeDataFault::DefaultDictData))?;
             (Kind::DefaultDict, fk.get_item(1)?, Some(fk.get_item(0)?))
         };
         let keys = super::flatten::iter_to_list(&keys)?;
         if keys.len() != arity {
-            return Err(bad(format!("{} keys for {arity} children", keys.len())));
+            return Err(bad(NodeDataFault::KeyCount {
+                keys: keys.len(),
+                arity,
+            }));
         }
         let distinct = pyo3::types::PySet::new(py, keys.iter())
-            .map_err(|_| bad("dict keys must be hashable".into()))?;
+            .map_err(|_| bad(NodeDataFault::UnhashableKeys))?;
         if distinct.len() != arity {
-            return Err(bad(format!(
-                "repeated dict keys: {}",
-                crate::errors::short_repr(&keys, 80)
-            )));
+            return Err(bad(NodeDataFault::RepeatedKeys {
+                keys: crate::errors::short_repr(&keys, 80),
+            }));
         }
         let mut n = Node::bare(kind, arity, 0, 0);
         if kind != Kind::OrderedDict {
             let sorted = super::dict_order::sort_keys(&keys, true)?;
             if !sorted.iter().zip(keys.iter()).all(|(a, b)| a.is(&b)) {
-                return Err(bad("dict keys must be given in sorted order".into()));
+                return Err(bad(NodeDataFault::UnsortedKeys));
             }
         }
         n.set_keys(Some(keys.unbind()));
@@ -596,10 +595,11 @@ pub fn from_jax_node_data(
     } else if crate::types::is_namedtuple_class(ty) {
         let fields = crate::types::field_names(ty, Kind::NamedTuple)?.len();
         if fields != arity {
-            return Err(bad(format!(
-                "{} has {fields} fields, got {arity} children",
-                ty.name()?
-            )));
+            return Err(bad(NodeDataFault::Fields {
+                ty: ty.name()?.to_string(),
+                fields,
+                arity,
+            }));
         }
         let mut n = Node::bare(Kind::NamedTuple, arity, 0, 0);
         n.data = Some(ty.clone().into_any().unbind());
@@ -612,13 +612,12 @@ pub fn from_jax_node_data(
             None => crate::jax_registry::lookup_for_load(ty)?,
         };
         let found = found.ok_or_else(|| {
-            bad(format!(
-                "{} is not a registered pytree node type",
-                ty.name().map(|n| n.to_string()).unwrap_or_default()
-            ))
+            bad(NodeDataFault::NotRegistered {
+                ty: ty.name().map(|n| n.to_string()).unwrap_or_default(),
+            })
         })?;
         if let Some(why) = super::custom::misfit(py, &found, arity, &data, None) {
-            return Err(bad(why));
+            return Err(bad(NodeDataFault::Misfit { why }));
         }
         let mut n = Node::bare(Kind::Custom, arity, 0, 0);
         n.data = Some(data.unbind());

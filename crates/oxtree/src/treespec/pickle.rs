@@ -13,7 +13,7 @@ use pyo3::types::{PyTuple, PyType};
 use pyo3::PyTraverseError;
 
 use super::{Node, PyTreeSpec};
-use crate::errors::TreeError;
+use crate::errors::{StateOf, TreeError};
 use crate::face::Face;
 use crate::invariant::Invariant;
 use crate::kind::Kind;
@@ -298,7 +298,11 @@ pub fn reduce<'py>(spec: &PyTreeSpec, py: Python<'py>) -> PyResult<Bound<'py, Py
 }
 
 fn bad(msg: impl Into<String>) -> PyErr {
-    TreeError::Value(format!("invalid PyTreeSpec state: {}", msg.into())).into()
+    TreeError::State {
+        of: StateOf::PyTreeSpec,
+        why: msg.into(),
+    }
+    .into()
 }
 
 /// The treespec-wide fields, as a state or `_from_nodes` gives them.

@@ -18,7 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString, PyTuple};
 
 use super::{pickle, PyTreeSpec};
-use crate::errors::TreeError;
+use crate::errors::{StateOf, TreeError};
 use crate::kind::Kind;
 
 const LEAF: u64 = 1;
@@ -54,12 +54,7 @@ fn put_len(out: &mut Vec<u8>, field: u64, bytes: &[u8]) {
 /// The bytes JAX's `serialize_using_proto` gives for the same treedef.
 pub fn serialize<'py>(spec: &PyTreeSpec, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
     if !spec.face.rules().jax_forms {
-        return Err(TreeError::Value(
-            "serialize_using_proto: only treedefs of the JAX face (oxtree.tree_util) have a \
-             proto form; use pickle for this treespec"
-                .into(),
-        )
-        .into());
+        return Err(TreeError::ProtoFaceOnly.into());
     }
     let mut strings: Vec<String> = Vec::new();
     let mut interned: HashMap<String, u64> = HashMap::new();
@@ -73,15 +68,7 @@ pub fn serialize<'py>(spec: &PyTreeSpec, py: Python<'py>) -> PyResult<Bound<'py,
             Kind::None => NONE,
             Kind::Tuple => TUPLE,
             Kind::Dict => DICT,
-            _ => {
-                return Err(TreeError::Value(
-                    "User-defined nodes are not supported when serializing pytrees as \
-                     protocol buffers. You should either convert the user-defined nodes to \
-                     another type or use pickle instead."
-                        .into(),
-                )
-                .into())
-            }
+            _ => return Err(TreeError::ProtoUserNode.into()),
         };
         if node.arity != 0 {
             put_tag(&mut node_bytes, 1, VARINT);
@@ -93,10 +80,7 @@ pub fn serialize<'py>(spec: &PyTreeSpec, py: Python<'py>) -> PyResult<Bound<'py,
             let mut ids = Vec::new();
             for key in keys.bind(py).iter() {
                 let Ok(key) = key.cast::<PyString>() else {
-                    return Err(TreeError::Value(
-                        "Only string keys are supported in proto pytree serialization.".into(),
-                    )
-                    .into());
+                    return Err(TreeError::ProtoKeyNotStr.into());
                 };
                 let key = key.to_str()?.to_owned();
                 let next = strings.len() as u64;
@@ -121,7 +105,11 @@ pub fn serialize<'py>(spec: &PyTreeSpec, py: Python<'py>) -> PyResult<Bound<'py,
 }
 
 fn malformed(what: &str) -> PyErr {
-    TreeError::Value(format!("Could not deserialize PyTreeDefProto: {what}.")).into()
+    TreeError::State {
+        of: StateOf::Proto,
+        why: what.to_owned(),
+    }
+    .into()
 }
 
 /// A reader of protobuf fields over a byte slice.
@@ -325,11 +313,10 @@ pub fn from_iterable_tree<'py>(
         }
         let items = obj.try_iter()?.collect::<PyResult<Vec<_>>>()?;
         if items.len() != node.arity {
-            return Err(TreeError::Value(format!(
-                "Arity mismatch between trees: a node of {} children got an iterable of {}",
-                node.arity,
-                items.len()
-            ))
+            return Err(TreeError::IterableArity {
+                arity: node.arity,
+                got: items.len(),
+            }
             .into());
         }
         stack.extend(spec.child_indices(idx).into_iter().zip(items).rev());

@@ -94,10 +94,11 @@ impl PyTreeSpec {
         let n = children.len() as isize;
         let index = if index < 0 { index + n } else { index };
         if index < 0 || index >= n {
-            return Err(TreeError::Index(format!(
-                "PyTreeSpec::Child() index out of range. \
-                 (index {index}, a node with {n} children)"
-            ))
+            return Err(TreeError::ChildIndex {
+                method: "Child",
+                index,
+                arity: n,
+            }
             .into());
         }
         Ok(self.subtree(py, children[index as usize]))
@@ -148,10 +149,11 @@ impl PyTreeSpec {
         let n = self.root().arity as isize;
         let i = if index < 0 { index + n } else { index };
         if i < 0 || i >= n {
-            return Err(TreeError::Index(format!(
-                "PyTreeSpec::Entry() index out of range. \
-                 (index {index}, a node with {n} children)"
-            ))
+            return Err(TreeError::ChildIndex {
+                method: "Entry",
+                index,
+                arity: n,
+            }
             .into());
         }
         keys::child_key(py, self.root(), i as usize, keys::KeyStyle::Raw)
@@ -286,9 +288,7 @@ impl PyTreeSpec {
         let callable = |x: Option<&Bound<'py, PyAny>>| x.filter(|f| !f.is_none()).cloned();
         let jax_forms = self.face.rules().jax_forms;
         let (leaves, f_node, f_leaf) = if jax_forms {
-            let leaves = c.ok_or_else(|| {
-                TreeError::Type("walk(f_node, f_leaf, leaves): the leaves are missing".into())
-            })?;
+            let leaves = c.ok_or(TreeError::WalkLeavesMissing)?;
             (leaves, callable(Some(a)), callable(b))
         } else {
             (a, callable(b), callable(c))

@@ -518,24 +518,24 @@ fn keyed_path(
         if let Some(reg) = keyed {
             let (children, _, keys) = super::custom::flatten(py, reg, &cur, true)?;
             let key = keys
-                .ok_or_else(|| PyErr::from(TreeError::Value("no keys".into())))?
+                .ok_or_else(|| crate::internal!("a keyed flatten without keys"))?
                 .get_item(j)?;
             entries.push(PathEntry::Text(super::custom_entry_text(&key)));
             cur = children
                 .into_vec()
                 .into_iter()
                 .nth(j)
-                .ok_or_else(|| PyErr::from(TreeError::Value("no child".into())))?;
+                .ok_or_else(|| PyErr::from(TreeError::RetraceNoChild))?;
         } else {
             entries.push(node.entry(py, j));
             let mut children = Vec::new();
             if node_children(py, node, &cur, registry, spec.face, &mut children)?.is_some() {
-                return Err(TreeError::Value("structure differs".into()).into());
+                return Err(TreeError::RetraceDiffers.into());
             }
             cur = children
                 .into_iter()
                 .nth(j)
-                .ok_or_else(|| PyErr::from(TreeError::Value("no child".into())))?;
+                .ok_or_else(|| PyErr::from(TreeError::RetraceNoChild))?;
         }
     }
     Ok(crate::path_text::render(root, &entries))
