@@ -24,7 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from nodes import Opaque, Point, Vector
 from oxtree import _core
-from paths_helpers import JAX_TREES, Hit, jax_path
+from paths_helpers import JAX_TREES, Hit, jax_path, shape_trees
 
 OX_KEY_TYPES = (oxtree.SequenceKey, oxtree.DictKey, oxtree.GetAttrKey, oxtree.FlattenedIndexKey)
 JAX_TREE_LIST = list(JAX_TREES.values())
@@ -461,6 +461,27 @@ def test_long_lists_match_jax(n: int) -> None:
     assert paths[n - 1] == ("a", n - 1)
     assert paths[n:] == [("b", 0, 0), ("b", 0, 1), ("b", 1, 0), ("b", 1, 1)]
     assert leaves == oxtree.tree_leaves(tree)
+
+
+def test_trees_of_one_shape_walked_in_turn_match_jax() -> None:
+    # Paths of a tree walked before may be handed out again: never to a tree whose keys
+    # differ, on either face.
+    for _ in range(2):
+        for tree in shape_trees():
+            theirs = jtu.tree_flatten_with_path(tree)[0]
+            assert_pairs_match_jax(oxtree.tree_util.tree_flatten_with_path(tree)[0], theirs)
+            assert_pairs_match_jax(oxtree.tree_leaves_with_path(tree), theirs)
+
+
+def test_pairs_list_is_a_new_list_of_new_pairs() -> None:
+    tree = {"a": [1, 2], "b": 3}
+    first = oxtree.tree_util.tree_flatten_with_path(tree)[0]
+    first.append("mine")
+    second = oxtree.tree_util.tree_flatten_with_path(tree)[0]
+    assert second is not first
+    assert len(second) == 3
+    assert all(a is not b for a, b in zip(first, second, strict=False))
+    assert [p for p, _ in second] == [p for p, _ in first[:3]]
 
 
 @pytest.mark.parametrize("tree", [(1, 2.0, "x"), [True, 3], (), list(range(16)), list(range(20))])
