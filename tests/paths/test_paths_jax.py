@@ -401,6 +401,40 @@ def test_register_pytree_node_class_gets_flat_indices(registered: list[tuple[typ
     assert oxtree.keystr(ours[-1][0]) == "[0][<flat index 1>][<flat index 1>]"
 
 
+def test_registered_nodes_of_one_shape_walked_in_turn(registered: list[tuple[type, str]]) -> None:
+    # Paths of a tree walked before may be handed out again: never to a tree whose registered
+    # nodes name their children otherwise (another registration, the same class registered
+    # again, keys from a flatten function).
+    plain, named = fresh_pair_class("OxTurnPlain"), fresh_pair_class("OxTurnNamed")
+    oxtree.register_pytree_node(plain, lambda n: ((n.a, n.b), None), lambda _, c: plain(*c))
+    registered.append((plain, ""))
+    oxtree.register_pytree_node(
+        named,
+        lambda n: ((n.a, n.b), None),
+        lambda _, c: named(*c),
+        flatten_with_keys_func=lambda n: (
+            ((oxtree.GetAttrKey("a"), n.a), (oxtree.DictKey(n.a), n.b)),
+            None,
+        ),
+    )
+    registered.append((named, ""))
+    expected = {
+        plain: ["['k'][0][<flat index 0>]", "['k'][0][<flat index 1>]"],
+        named: ["['k'][0].a", "['k'][0][1]"],
+    }
+    for cls in (plain, plain, named, named, plain):
+        got = oxtree.tree_util.tree_flatten_with_path({"k": [cls(1, 2)]})[0]
+        assert [oxtree.keystr(p) for p, _ in got] == expected[cls]
+    got = oxtree.tree_util.tree_flatten_with_path({"k": [named(7, 2)]})[0]
+    assert [oxtree.keystr(p) for p, _ in got] == ["['k'][0].a", "['k'][0][7]"]
+    oxtree.unregister_pytree_node(plain)
+    registered.remove((plain, ""))
+    oxtree.register_dataclass(plain, data_fields=["b", "a"], meta_fields=[])
+    registered.append((plain, ""))
+    got = oxtree.tree_util.tree_flatten_with_path({"k": [plain(1, 2)]})[0]
+    assert [(oxtree.keystr(p), x) for p, x in got] == [("['k'][0].b", 2), ("['k'][0].a", 1)]
+
+
 def fresh_dataclass(name: str, **options: Any) -> type:
     return dataclasses.make_dataclass(
         name,

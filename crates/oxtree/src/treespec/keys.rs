@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::thread::LocalKey;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PyString, PyTuple};
+use pyo3::types::{PyInt, PyList, PyString, PyTuple, PyWeakrefReference};
 use smallvec::SmallVec;
 
 use super::{Node, PyTreeSpec};
@@ -641,9 +641,9 @@ const KEPT_PATHS_SLOTS: usize = 4;
 /// back, which are immutable, instead of making a tuple per leaf and its keys each time,
 /// and freeing them: a 1,000-leaf mixed tree's flatten with key paths went from 1.07M
 /// instructions to 0.62M, a gpt2-like dict's from 439k to 286k (callgrind). Only trees that
-/// hold no user object
-/// through their paths are kept (dict keys exact str or int, types weakly, no registered
-/// nodes), so that keeping them keeps no user object alive.
+/// hold no user object through their paths are kept (dict keys exact str or int, types weakly, registered nodes
+/// by their registration's serial number and only when their flatten function gave no
+/// keys), so that keeping them keeps no user object alive.
 struct KeptPaths {
     style: KeyStyle,
     nodes: Vec<KeptNode>,
@@ -651,7 +651,24 @@ struct KeptPaths {
 }
 
 /// A node of a kept tree: its kind, its arity and what names its children (`names_to_keep`).
-type KeptNode = (Kind, usize, Option<Py<PyAny>>);
+struct KeptNode {
+    kind: Kind,
+    arity: usize,
+    names: Names,
+}
+
+/// What names the children of a node of a kept tree.
+enum Names {
+    /// Positions: tuples, lists, deques (and leaves and None, which have no children).
+    Positions,
+    /// A dict's key list (exact str and int keys).
+    Keys(Py<PyList>),
+    /// A weak reference to a namedtuple's or struct sequence's type.
+    Fields(Py<PyWeakrefReference>),
+    /// A registered node's registration, by its serial number (unique to it, so no
+    /// registration need be held), when its flatten function gave no keys of its own.
+    Registration(u64),
+}
 
 thread_local! {
     static KEPT_PATHS: RefCell<[Option<KeptPaths>; KEPT_PATHS_SLOTS]> =
@@ -667,62 +684,60 @@ fn kept_paths_slot(spec: &PyTreeSpec, style: KeyStyle) -> usize {
     (h >> 32) as usize % KEPT_PATHS_SLOTS
 }
 
-/// What names the children of `node`, as a kept tree holds it (`KeptPaths`): Ok(None) for
-/// nodes whose children are named by position, Err(()) for nodes whose tree is not kept.
-fn names_to_keep(py: Python<'_>, node: &Node) -> Result<Option<Py<PyAny>>, ()> {
-    match node.kind {
-        Kind::Leaf | Kind::None | Kind::Tuple | Kind::List | Kind::Deque => Ok(None),
+/// What names the children of `node`, as a kept tree holds it (`KeptPaths`); None for a
+/// node whose tree is not kept (one that would keep a user object alive).
+fn names_to_keep(py: Python<'_>, node: &Node) -> Option<Names> {
+    Some(match node.kind {
+        Kind::Leaf | Kind::None | Kind::Tuple | Kind::List | Kind::Deque => Names::Positions,
         k if k.is_mapping() => {
-            let keys = node.keys().as_ref().ok_or(())?;
+            let keys = node.keys().as_ref()?;
             let plain = keys
                 .bind(py)
                 .iter()
                 .all(|k| k.is_exact_instance_of::<PyString>() || k.is_exact_instance_of::<PyInt>());
-            if plain {
-                Ok(Some(keys.clone_ref(py).into_any()))
-            } else {
-                Err(())
+            if !plain {
+                return None;
             }
+            Names::Keys(keys.clone_ref(py))
         }
         Kind::NamedTuple | Kind::StructSeq => {
-            let ty = node.data.as_ref().ok_or(())?;
-            let weak = pyo3::types::PyWeakrefReference::new(ty.bind(py)).map_err(|_| ())?;
-            Ok(Some(weak.into_any().unbind()))
+            let ty = node.data.as_ref()?;
+            Names::Fields(PyWeakrefReference::new(ty.bind(py)).ok()?.unbind())
         }
-        _ => Err(()),
-    }
+        Kind::Custom if node.entries().is_none() => Names::Registration(node.custom()?.serial),
+        _ => return None,
+    })
 }
 
-/// Whether `node` names its children as the kept node whose names are `kept` did.
-fn same_names(py: Python<'_>, node: &Node, kept: &Option<Py<PyAny>>) -> bool {
-    use pyo3::types::PyWeakrefMethods;
-    let Some(kept) = kept else {
-        return matches!(
-            node.kind,
-            Kind::Leaf | Kind::None | Kind::Tuple | Kind::List | Kind::Deque
-        );
-    };
-    if node.kind.is_mapping() {
-        let Some(keys) = node.keys() else {
+impl KeptNode {
+    /// Whether `node` has this kind and arity and names its children the same way.
+    fn fits(&self, py: Python<'_>, node: &Node) -> bool {
+        use pyo3::types::PyWeakrefMethods;
+        if node.kind != self.kind || node.arity != self.arity {
             return false;
-        };
-        if keys.is(kept) {
-            return true;
         }
-        // The same key objects in the same order (the kept list holds its own, so no
-        // address has been reused).
-        let (keys, kept) = (keys.bind(py), kept.bind(py));
-        let Ok(kept) = kept.cast::<pyo3::types::PyList>() else {
-            return false;
-        };
-        return keys.len() == kept.len() && keys.iter().zip(kept.iter()).all(|(a, b)| a.is(&b));
-    }
-    match (
-        &node.data,
-        kept.bind(py).cast::<pyo3::types::PyWeakrefReference>(),
-    ) {
-        (Some(ty), Ok(weak)) => weak.upgrade().is_some_and(|t| t.is(ty)),
-        _ => false,
+        match &self.names {
+            Names::Positions => true,
+            Names::Keys(kept) => {
+                let Some(keys) = node.keys() else {
+                    return false;
+                };
+                if keys.is(kept) {
+                    return true;
+                }
+                // The same key objects in the same order (the kept list holds its own, so
+                // no address has been reused).
+                let (keys, kept) = (keys.bind(py), kept.bind(py));
+                keys.len() == kept.len() && keys.iter().zip(kept.iter()).all(|(a, b)| a.is(&b))
+            }
+            Names::Fields(weak) => match &node.data {
+                Some(ty) => weak.bind(py).upgrade().is_some_and(|t| t.is(ty)),
+                None => false,
+            },
+            Names::Registration(serial) => {
+                node.entries().is_none() && node.custom().is_some_and(|r| r.serial == *serial)
+            }
+        }
     }
 }
 
@@ -736,16 +751,20 @@ impl KeptPaths {
                 .nodes
                 .iter()
                 .zip(&self.nodes)
-                .all(|(node, (kind, arity, names))| {
-                    node.kind == *kind && node.arity == *arity && same_names(py, node, names)
-                })
+                .all(|(node, kept)| kept.fits(py, node))
     }
 
     /// What a kept tree holds of `spec`'s nodes, None when it may not be kept.
     fn nodes_of(py: Python<'_>, spec: &PyTreeSpec) -> Option<Vec<KeptNode>> {
         spec.nodes
             .iter()
-            .map(|node| Some((node.kind, node.arity, names_to_keep(py, node).ok()?)))
+            .map(|node| {
+                Some(KeptNode {
+                    kind: node.kind,
+                    arity: node.arity,
+                    names: names_to_keep(py, node)?,
+                })
+            })
             .collect()
     }
 }
