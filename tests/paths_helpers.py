@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterator
 from typing import Any
 
@@ -107,3 +108,25 @@ class Hit:
             and len(self.args) == len(other.args)
             and all(a is b for a, b in zip(self.args, other.args, strict=True))
         )
+
+
+def shape_trees() -> list[Any]:
+    """Trees of one shape (node kinds and arities) whose paths differ: by dict keys (other
+    objects, other values, other types), namedtuple types and their fields, a plain tuple in
+    a namedtuple's place. Each is walked again right after itself."""
+    pair = collections.namedtuple("pair", "x y")
+    other = collections.namedtuple("other", "p q")
+    big = {f"k{i}": i for i in range(40)}
+    trees = [
+        {"a": [1, pair(2, 3)], "b": 4},
+        {"a": [1, pair(2, 3)], "c": 4},
+        {"a": [1, other(2, 3)], "c": 4},
+        {"a": [1, (2, 3)], "c": 4},
+        {1: [1, pair(2, 3)], 2: 4},
+        {("a",): [1, pair(2, 3)], ("b",): 4},
+        big,
+        {f"k{i}": i for i in range(40)},
+        {f"k{i}" if i != 7 else "z": i for i in range(40)},
+        [big, big],
+    ]
+    return [tree for tree in trees for _ in range(2)]

@@ -24,7 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from nodes import Opaque, Point, Vector
 from oxtree import _core
-from paths_helpers import JAX_TREES, Hit, jax_path
+from paths_helpers import JAX_TREES, Hit, jax_path, shape_trees
 
 OX_KEY_TYPES = (oxtree.SequenceKey, oxtree.DictKey, oxtree.GetAttrKey, oxtree.FlattenedIndexKey)
 JAX_TREE_LIST = list(JAX_TREES.values())
@@ -401,6 +401,40 @@ def test_register_pytree_node_class_gets_flat_indices(registered: list[tuple[typ
     assert oxtree.keystr(ours[-1][0]) == "[0][<flat index 1>][<flat index 1>]"
 
 
+def test_registered_nodes_of_one_shape_walked_in_turn(registered: list[tuple[type, str]]) -> None:
+    # Paths of a tree walked before may be handed out again: never to a tree whose registered
+    # nodes name their children otherwise (another registration, the same class registered
+    # again, keys from a flatten function).
+    plain, named = fresh_pair_class("OxTurnPlain"), fresh_pair_class("OxTurnNamed")
+    oxtree.register_pytree_node(plain, lambda n: ((n.a, n.b), None), lambda _, c: plain(*c))
+    registered.append((plain, ""))
+    oxtree.register_pytree_node(
+        named,
+        lambda n: ((n.a, n.b), None),
+        lambda _, c: named(*c),
+        flatten_with_keys_func=lambda n: (
+            ((oxtree.GetAttrKey("a"), n.a), (oxtree.DictKey(n.a), n.b)),
+            None,
+        ),
+    )
+    registered.append((named, ""))
+    expected = {
+        plain: ["['k'][0][<flat index 0>]", "['k'][0][<flat index 1>]"],
+        named: ["['k'][0].a", "['k'][0][1]"],
+    }
+    for cls in (plain, plain, named, named, plain):
+        got = oxtree.tree_util.tree_flatten_with_path({"k": [cls(1, 2)]})[0]
+        assert [oxtree.keystr(p) for p, _ in got] == expected[cls]
+    got = oxtree.tree_util.tree_flatten_with_path({"k": [named(7, 2)]})[0]
+    assert [oxtree.keystr(p) for p, _ in got] == ["['k'][0].a", "['k'][0][7]"]
+    oxtree.unregister_pytree_node(plain)
+    registered.remove((plain, ""))
+    oxtree.register_dataclass(plain, data_fields=["b", "a"], meta_fields=[])
+    registered.append((plain, ""))
+    got = oxtree.tree_util.tree_flatten_with_path({"k": [plain(1, 2)]})[0]
+    assert [(oxtree.keystr(p), x) for p, x in got] == [("['k'][0].b", 2), ("['k'][0].a", 1)]
+
+
 def fresh_dataclass(name: str, **options: Any) -> type:
     return dataclasses.make_dataclass(
         name,
@@ -461,6 +495,27 @@ def test_long_lists_match_jax(n: int) -> None:
     assert paths[n - 1] == ("a", n - 1)
     assert paths[n:] == [("b", 0, 0), ("b", 0, 1), ("b", 1, 0), ("b", 1, 1)]
     assert leaves == oxtree.tree_leaves(tree)
+
+
+def test_trees_of_one_shape_walked_in_turn_match_jax() -> None:
+    # Paths of a tree walked before may be handed out again: never to a tree whose keys
+    # differ, on either face.
+    for _ in range(2):
+        for tree in shape_trees():
+            theirs = jtu.tree_flatten_with_path(tree)[0]
+            assert_pairs_match_jax(oxtree.tree_util.tree_flatten_with_path(tree)[0], theirs)
+            assert_pairs_match_jax(oxtree.tree_leaves_with_path(tree), theirs)
+
+
+def test_pairs_list_is_a_new_list_of_new_pairs() -> None:
+    tree = {"a": [1, 2], "b": 3}
+    first = oxtree.tree_util.tree_flatten_with_path(tree)[0]
+    first.append("mine")
+    second = oxtree.tree_util.tree_flatten_with_path(tree)[0]
+    assert second is not first
+    assert len(second) == 3
+    assert all(a is not b for a, b in zip(first, second, strict=False))
+    assert [p for p, _ in second] == [p for p, _ in first[:3]]
 
 
 @pytest.mark.parametrize("tree", [(1, 2.0, "x"), [True, 3], (), list(range(16)), list(range(20))])

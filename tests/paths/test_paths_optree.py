@@ -28,6 +28,7 @@ from helpers import (
 from hypothesis import given
 from hypothesis import strategies as st
 from nodes import Rec
+from paths_helpers import shape_trees
 
 _counter = itertools.count()
 
@@ -85,6 +86,14 @@ def compare_with_optree(tree: Any, *, none_is_leaf: bool, namespace: str = "") -
 @parametrize(tree=TREES, none_is_leaf=NONE_IS_LEAF_OPTIONS)
 def test_paths_and_entries_match_optree(tree: Any, none_is_leaf: bool) -> None:
     compare_with_optree(tree, none_is_leaf=none_is_leaf)
+
+
+def test_trees_of_one_shape_walked_in_turn_match_optree() -> None:
+    # Paths of a tree walked before may be handed out again: never to a tree whose keys
+    # differ.
+    for _ in range(2):
+        for tree in shape_trees():
+            compare_with_optree(tree, none_is_leaf=False)
 
 
 @parametrize(tree=TREES, none_is_leaf=NONE_IS_LEAF_OPTIONS)

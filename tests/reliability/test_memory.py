@@ -176,6 +176,18 @@ def test_namedtuple_type_collected_when_spec_dropped():
     assert _collected(ref)
 
 
+def test_namedtuple_type_collected_after_walks_with_paths():
+    # Key paths may be kept for the next walk of a tree of the same shape: never the types.
+    local_nt = namedtuple("WalkedWithPaths", "a b")
+    tree = {"k": local_nt(1, [2])}
+    for _ in range(2):
+        oxtree.tree_util.tree_flatten_with_path(tree)
+        oxtree.tree_flatten_with_path(tree)
+    ref = weakref.ref(local_nt)
+    del local_nt, tree
+    assert _collected(ref)
+
+
 def test_cycle_through_namedtuple_type_is_collected():
     local_nt = namedtuple("InCycle", "a b")
     local_nt.spec = oxtree.tree_structure({"k": local_nt(1, [2])})  # type -> spec -> type

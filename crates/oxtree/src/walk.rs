@@ -407,15 +407,17 @@ type WithPaths<'py> = (
     Bound<'py, PyTreeSpec>,
 );
 
-/// Flattens with key paths in the given style: (paths, leaves, treespec). A tuple or list of
-/// plain leaves skips the walk, as `flatten_impl` does, and its treespec and paths are
-/// shared ones: walking, making the treespec and freeing it were most of a 3-leaf tuple's
-/// flatten with paths (callgrind: 3,400 instructions of 5,700).
-pub fn paths_impl<'py>(
+/// Flattens with key paths in the given style and calls `f` with the paths (shared,
+/// immutable tuples: see `keys::with_leaf_paths`), the leaves and the treespec. A tuple or
+/// list of plain leaves skips the walk, as `flatten_impl` does, and its treespec and paths
+/// are shared ones: walking, making the treespec and freeing it were most of a 3-leaf
+/// tuple's flatten with paths (callgrind: 3,400 instructions of 5,700).
+fn walk_with_paths<'py, R>(
     tree: &Bound<'py, PyAny>,
     opts: &Options<'_, 'py>,
     style: KeyStyle,
-) -> PyResult<WithPaths<'py>> {
+    f: impl FnOnce(&[Py<PyTuple>], Vec<Bound<'py, PyAny>>, Bound<'py, PyTreeSpec>) -> PyResult<R>,
+) -> PyResult<R> {
     check_is_leaf(opts.is_leaf)?;
     let py = tree.py();
     let opts = Options {
@@ -425,21 +427,34 @@ pub fn paths_impl<'py>(
     let walked = registry::with_registry(|reg| {
         flatten::flatten_or_sequence::<true, true>(tree, &opts, reg)
     })?;
-    match walked {
+    let (leaves, spec) = match walked {
         Walked::Sequence(kind, n) => {
             let spec = sequence_spec(py, kind, n, &opts)?;
-            let paths = match keys::shared_sequence_paths(py, n, style)? {
-                Some(paths) => paths,
-                None => keys::leaf_paths(spec.get(), py, style)?,
-            };
-            Ok((paths, items_vec(tree)?, spec))
+            if let Some(paths) = keys::shared_sequence_paths(py, n, style)? {
+                return f(paths, items_vec(tree)?, spec);
+            }
+            (items_vec(tree)?, spec)
         }
         Walked::Flat(mut flat) => {
             let spec = flat_spec(py, &mut flat, &opts)?;
-            let paths = keys::leaf_paths(spec.get(), py, style)?;
-            Ok((paths, flat.leaves, spec))
+            (flat.leaves, spec)
         }
-    }
+    };
+    let held = spec.clone();
+    keys::with_leaf_paths(held.get(), py, style, |paths| f(paths, leaves, spec))
+}
+
+/// Flattens with key paths in the given style: (paths, leaves, treespec).
+pub fn paths_impl<'py>(
+    tree: &Bound<'py, PyAny>,
+    opts: &Options<'_, 'py>,
+    style: KeyStyle,
+) -> PyResult<WithPaths<'py>> {
+    let py = tree.py();
+    walk_with_paths(tree, opts, style, |paths, leaves, spec| {
+        let paths = paths.iter().map(|p| p.bind(py).clone()).collect();
+        Ok((paths, leaves, spec))
+    })
 }
 
 /// The items of an exact tuple or list (a `Walked::Sequence` tree).
@@ -457,19 +472,24 @@ pub fn tuples_to_list<'py>(py: Python<'py>, items: Vec<Bound<'py, PyTuple>>) -> 
     list_from_vec(py, items.into_iter().map(Bound::into_any).collect())
 }
 
-/// JAX-style `([(key_path, leaf), ...], treespec)` under `opts`.
+/// JAX-style `([(key_path, leaf), ...], treespec)` under `opts`. Each leaf's place in the
+/// leaf vector takes its pair, which the list then takes over with the vector's buffer.
 pub fn keyed_pairs_impl<'py>(
     tree: &Bound<'py, PyAny>,
     opts: &Options<'_, 'py>,
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyTreeSpec>)> {
     let py = tree.py();
-    let (paths, leaves, spec) = paths_impl(tree, opts, KeyStyle::Keys)?;
-    let pairs: Vec<Bound<'py, PyAny>> = paths
-        .into_iter()
-        .zip(leaves)
-        .map(|(p, l)| crate::containers::tuple_pair(py, p.into_any(), l).map(Bound::into_any))
-        .collect::<PyResult<_>>()?;
-    Ok((list_from_vec(py, pairs), spec))
+    walk_with_paths(tree, opts, KeyStyle::Keys, |paths, mut leaves, spec| {
+        if paths.len() != leaves.len() {
+            return Err(crate::internal!("a path count unlike the leaf count"));
+        }
+        for (slot, path) in leaves.iter_mut().zip(paths) {
+            let pair =
+                crate::containers::tuple_pair(py, path.bind(py).clone().into_any(), slot.clone())?;
+            *slot = pair.into_any();
+        }
+        Ok((list_from_vec(py, leaves), spec))
+    })
 }
 
 /// Maps `func(path, leaf, *others)` over a tree, with paths in the given style.
