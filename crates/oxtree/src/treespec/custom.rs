@@ -51,28 +51,47 @@ pub fn flatten_in<'py>(
                 .map_err(|e| noted(py, e, "flatten", reg))?;
             split_flatten_result(py, reg, &out, face)
         }
-        Rule::Dataclass { data, meta, .. } => {
+        Rule::Dataclass {
+            data,
+            meta,
+            reads: [data_reads, meta_reads],
+            ..
+        } => {
             let mut children = Vec::with_capacity(data.len());
-            fields_into(py, data, obj, &mut children)?;
-            Ok((Children::Vec(children), dataclass_aux(py, meta, obj)?, None))
+            fields_into(py, data, data_reads, obj, &mut children)?;
+            let aux = dataclass_aux(py, meta, meta_reads, obj)?;
+            Ok((Children::Vec(children), aux, None))
         }
         Rule::Static => Ok((Children::Vec(Vec::new()), obj.clone(), None)),
     }
 }
 
-/// Appends the values of a dataclass's fields `names`, in order, to `out`.
+/// Appends the values of a dataclass's fields `names`, in order, to `out`: each read where
+/// `reads` (the rule's plans for those names) finds it in the instance, as generic attribute
+/// lookup would find it (about 220 instructions a field on 3.11, a tenth of that here), and
+/// with `getattr` otherwise, which gives any error. Plans are checked again after a
+/// `getattr`, which may have run Python code that changed the class.
 #[inline]
 pub fn fields_into<'py>(
     py: Python<'py>,
     names: &[Py<pyo3::types::PyString>],
+    reads: &crate::ffi::FieldReads,
     obj: &Bound<'py, PyAny>,
     out: &mut Vec<Bound<'py, PyAny>>,
 ) -> PyResult<()> {
-    for name in names {
+    let mut direct = reads.prepare(obj, names);
+    for (i, name) in names.iter().enumerate() {
+        if direct {
+            if let Some(value) = reads.read(obj, i) {
+                out.push(value);
+                continue;
+            }
+        }
         match obj.getattr(name.bind(py)) {
             Ok(value) => out.push(value),
             Err(err) => return Err(missing_field(py, err, obj, name)),
         }
+        direct = direct && reads.prepare(obj, names);
     }
     Ok(())
 }
@@ -105,13 +124,14 @@ fn missing_field(
 pub fn dataclass_aux<'py>(
     py: Python<'py>,
     meta: &[Py<pyo3::types::PyString>],
+    reads: &crate::ffi::FieldReads,
     obj: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
     if meta.is_empty() {
         return Ok(PyTuple::empty(py).into_any());
     }
     let mut values = Vec::with_capacity(meta.len());
-    fields_into(py, meta, obj, &mut values)?;
+    fields_into(py, meta, reads, obj, &mut values)?;
     Ok(crate::containers::tuple_from_vec(py, values)?.into_any())
 }
 
