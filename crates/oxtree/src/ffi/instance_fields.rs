@@ -49,10 +49,41 @@ impl FieldReads {
         }
     }
 
+    /// Pushes onto `out` the attributes `names` of `obj` (the list this was made for), in
+    /// order, each read where the plan for the class of `obj` says, or taken from
+    /// `getattr(i)` (for `names[i]`) where the plan is `getattr`, where the instance does not
+    /// hold the value in the planned place (its attribute deleted, its values moved to a
+    /// dict), or on an interpreter whose layouts are not known. `getattr` gives the value or
+    /// the error; as it may run Python code that changes the class, the plans are checked
+    /// again after it.
+    #[inline]
+    pub fn read_into<'py>(
+        &self,
+        obj: &Bound<'py, PyAny>,
+        names: &[Py<PyString>],
+        out: &mut Vec<Bound<'py, PyAny>>,
+        mut getattr: impl FnMut(usize) -> PyResult<Bound<'py, PyAny>>,
+    ) -> PyResult<()> {
+        let mut direct = self.prepare(obj, names);
+        for i in 0..names.len() {
+            if direct {
+                // `prepare` said the plans are those of the class of `obj` as it is now, and
+                // nothing has run Python code since.
+                if let Some(value) = self.read_planned(obj, i) {
+                    out.push(value);
+                    continue;
+                }
+            }
+            out.push(getattr(i)?);
+            direct = direct && self.prepare(obj, names);
+        }
+        Ok(())
+    }
+
     /// Makes the plans current for the class of `obj`, whose attributes `names` (the list
     /// this was made for) are about to be read. Whether any direct read may be tried.
     #[inline]
-    pub fn prepare(&self, obj: &Bound<'_, PyAny>, names: &[Py<PyString>]) -> bool {
+    fn prepare(&self, obj: &Bound<'_, PyAny>, names: &[Py<PyString>]) -> bool {
         if !FIELD_LAYOUT_KNOWN || names.len() != self.plans.len() {
             return false;
         }
@@ -93,27 +124,18 @@ impl FieldReads {
         }
     }
 
-    /// Attribute `i` of `obj` (a new reference) read where the plan for the class of `obj`
-    /// says, or None: the plan is `getattr`, the plans are not those of the class of `obj`
-    /// as it is now (call `prepare` first), or the instance does not hold the value there
-    /// (its attribute deleted, its values moved to a dict). `getattr` then gives the value or
-    /// the error.
-    #[inline]
-    pub fn read<'py>(&self, obj: &Bound<'py, PyAny>, i: usize) -> Option<Bound<'py, PyAny>> {
-        if !FIELD_LAYOUT_KNOWN {
-            return None;
-        }
+    /// Attribute `i` of `obj` (a new reference) read where its plan says, or None: the plan
+    /// is `getattr`, or the instance does not hold the value there. Only right while the
+    /// plans are those of the class of `obj` as it is now: called by `read_into` after
+    /// `prepare` said so, with no Python code run since.
+    #[inline(always)]
+    fn read_planned<'py>(&self, obj: &Bound<'py, PyAny>, i: usize) -> Option<Bound<'py, PyAny>> {
         let plan = self.plans.get(i)?.load(Relaxed);
-        if plan == GENERIC {
-            return None;
-        }
-        if tag_of_type_of(obj) != Some(self.tag.load(Relaxed)) {
-            return None;
-        }
         let operand = plan >> 2;
         let raw = obj.as_ptr();
         // SAFETY: the plan was made by `plan_read` for the class of `obj` under the version
-        // tag that class still has (checked just above): the class is unchanged since (every
+        // tag that class still has (`prepare` checked it, and no Python code ran since; the
+        // callers' contract): the class is unchanged since (every
         // change to a class, or to one in its MRO, takes its tag away, and no other class
         // ever gets it), so its layout and its instances' are those planned. `INLINE`: the
         // class keeps inline values (`inline_value` checks the instance still has them) and

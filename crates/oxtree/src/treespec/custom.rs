@@ -69,8 +69,7 @@ pub fn flatten_in<'py>(
 /// Appends the values of a dataclass's fields `names`, in order, to `out`: each read where
 /// `reads` (the rule's plans for those names) finds it in the instance, as generic attribute
 /// lookup would find it (about 220 instructions a field on 3.11, a tenth of that here), and
-/// with `getattr` otherwise, which gives any error. Plans are checked again after a
-/// `getattr`, which may have run Python code that changed the class.
+/// with `getattr` otherwise, which gives any error.
 #[inline]
 pub fn fields_into<'py>(
     py: Python<'py>,
@@ -79,21 +78,11 @@ pub fn fields_into<'py>(
     obj: &Bound<'py, PyAny>,
     out: &mut Vec<Bound<'py, PyAny>>,
 ) -> PyResult<()> {
-    let mut direct = reads.prepare(obj, names);
-    for (i, name) in names.iter().enumerate() {
-        if direct {
-            if let Some(value) = reads.read(obj, i) {
-                out.push(value);
-                continue;
-            }
-        }
-        match obj.getattr(name.bind(py)) {
-            Ok(value) => out.push(value),
-            Err(err) => return Err(missing_field(py, err, obj, name)),
-        }
-        direct = direct && reads.prepare(obj, names);
-    }
-    Ok(())
+    reads.read_into(obj, names, out, |i| {
+        let name = &names[i];
+        obj.getattr(name.bind(py))
+            .map_err(|err| missing_field(py, err, obj, name))
+    })
 }
 
 /// The error of reading a registered field, with a note naming the registration that wants
@@ -120,7 +109,7 @@ fn missing_field(
 
 /// A dataclass's aux data: the tuple of its meta fields' values (the empty tuple when it has
 /// none).
-#[inline]
+#[inline(always)]
 pub fn dataclass_aux<'py>(
     py: Python<'py>,
     meta: &[Py<pyo3::types::PyString>],
@@ -130,6 +119,17 @@ pub fn dataclass_aux<'py>(
     if meta.is_empty() {
         return Ok(PyTuple::empty(py).into_any());
     }
+    meta_values(py, meta, reads, obj)
+}
+
+/// `dataclass_aux` of a dataclass with meta fields (out of line: most have none).
+#[inline(never)]
+fn meta_values<'py>(
+    py: Python<'py>,
+    meta: &[Py<pyo3::types::PyString>],
+    reads: &crate::ffi::FieldReads,
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
     let mut values = Vec::with_capacity(meta.len());
     fields_into(py, meta, reads, obj, &mut values)?;
     Ok(crate::containers::tuple_from_vec(py, values)?.into_any())
