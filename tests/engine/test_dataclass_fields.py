@@ -217,6 +217,13 @@ def test_class_changed_after_registration() -> None:
     assert oxtree.tree_leaves(obj, namespace=ns) == ["hooked", "hooked"]
     del Mutable.__getattribute__
     _check(obj, ("x", "y"), ns)
+    for i in range(1100):  # past the versions CPython 3.12+ gives one class
+        Mutable.counter = i  # type: ignore[attr-defined]
+        if i % 250 == 0:
+            _check(obj, ("x", "y"), ns)
+    _check(obj, ("x", "y"), ns)
+    Mutable.y = property(lambda self: "late property")  # type: ignore[assignment]
+    assert oxtree.tree_leaves(obj, namespace=ns) == [1, "late property"]
 
 
 def test_default_whose_class_becomes_a_data_descriptor() -> None:

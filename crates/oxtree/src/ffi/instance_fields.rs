@@ -38,6 +38,10 @@ pub struct FieldReads {
     /// The version tag the plans were made under; 0 while there are none.
     tag: AtomicU32,
     plans: Box<[AtomicUsize]>,
+    /// The address of the last class found with no version tag to plan under (3.12 and 3.13
+    /// give none to a class changed a thousand times): its instances are read with
+    /// `getattr`, without planning again for each.
+    untagged: AtomicUsize,
 }
 
 impl FieldReads {
@@ -46,6 +50,7 @@ impl FieldReads {
         FieldReads {
             tag: AtomicU32::new(0),
             plans: (0..n).map(|_| AtomicUsize::new(GENERIC)).collect(),
+            untagged: AtomicUsize::new(0),
         }
     }
 
@@ -88,8 +93,9 @@ impl FieldReads {
             return false;
         }
         match tag_of_type_of(obj) {
-            Some(tag) if tag == self.tag.load(Relaxed) => true,
-            _ => self.plan(&obj.get_type(), names),
+            Some(tag) => tag == self.tag.load(Relaxed) || self.plan(&obj.get_type(), names),
+            None if obj.get_type().as_ptr() as usize == self.untagged.load(Relaxed) => false,
+            None => self.plan(&obj.get_type(), names),
         }
     }
 
@@ -120,7 +126,10 @@ impl FieldReads {
                 self.tag.store(tag, Relaxed);
                 true
             }
-            None => false,
+            None => {
+                self.untagged.store(ty.as_ptr() as usize, Relaxed);
+                false
+            }
         }
     }
 
@@ -222,9 +231,10 @@ fn plan_read(ty: &Bound<'_, pyo3::types::PyType>, name: &Bound<'_, PyString>) ->
         return GENERIC;
     }
     let raw_ty = ty.as_type_ptr();
-    // SAFETY: a live type and an exact str (checked above). `found` is NULL or a live object the MRO's dicts hold, inspected here while
-    // nothing runs Python code; its type's fields and a member descriptor's `PyMemberDef`
-    // are plain data (CPython's `PyMemberDescrObject` on 3.11+, as PyO3 declares it).
+    // SAFETY: a live type and an exact str (checked above). `found` is NULL or a live object
+    // the MRO's dicts hold, inspected here while nothing runs Python code; its type's fields
+    // and a member descriptor's `PyMemberDef` are plain data (CPython's
+    // `PyMemberDescrObject` on 3.11+, as PyO3 declares it).
     unsafe {
         let found = type_lookup(raw_ty, name.as_ptr());
         if !found.is_null() {
@@ -316,7 +326,7 @@ struct InlineValues313 {
 ///
 /// # Safety
 /// `obj` a live instance of a class for which `shared_key_index` gave `index` and that has
-/// not changed since (see `FieldReads::read`).
+/// not changed since (see `FieldReads::read_planned`).
 #[inline]
 unsafe fn inline_value(obj: *mut sys::PyObject, index: usize) -> *mut sys::PyObject {
     // SAFETY: the caller's contract; the words read are those CPython's own accessors read
