@@ -121,7 +121,7 @@ impl FieldReads {
         }
         // `_PyType_Lookup` gave the class a version tag if it can have one; nothing since
         // has run Python code, so the class is still as planned.
-        match super::type_version_tag(ty) {
+        match super::type_slots::type_version_tag(ty) {
             Some(tag) => {
                 self.tag.store(tag, Relaxed);
                 true
@@ -178,7 +178,7 @@ fn tag_of_type_of(obj: &Bound<'_, PyAny>) -> Option<u32> {
         let ty = sys::Py_TYPE(obj.as_ptr());
         ((*ty).tp_flags, (*ty).tp_version_tag)
     };
-    super::valid_version_tag(flags, tag)
+    super::type_slots::valid_version_tag(flags, tag)
 }
 
 /// What `_PyType_Lookup` finds for `name` along the MRO of `ty` (a borrowed reference), or
