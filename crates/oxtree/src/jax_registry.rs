@@ -301,6 +301,7 @@ fn registration(ty: &Bound<'_, PyType>, described: &Bound<'_, PyAny>) -> PyResul
             }
             let kwnames = PyTuple::new(py, data.iter().chain(&meta).collect::<Vec<_>>())?.unbind();
             Rule::Dataclass {
+                reads: Rule::field_reads(&data, &meta),
                 data,
                 meta,
                 call_init: true,

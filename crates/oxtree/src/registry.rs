@@ -41,9 +41,25 @@ pub enum Rule {
         /// class registered with JAX's `register_dataclass` (see `jax_registry`) gets JAX's
         /// own key objects, as `jax.tree_util` gives them.
         keys: Option<Box<[Py<PyAny>]>>,
+        /// Where the data fields' (`[0]`) and the meta fields' (`[1]`) values are read on an
+        /// instance, planned once per version of the class.
+        reads: [crate::ffi::FieldReads; 2],
     },
     /// A leafless node whose value (hashable) lives in the treedef.
     Static,
+}
+
+impl Rule {
+    /// A dataclass rule's `reads`, with nothing planned yet.
+    pub fn field_reads(
+        data: &[Py<PyString>],
+        meta: &[Py<PyString>],
+    ) -> [crate::ffi::FieldReads; 2] {
+        [
+            crate::ffi::FieldReads::new(data.len()),
+            crate::ffi::FieldReads::new(meta.len()),
+        ]
+    }
 }
 
 pub struct Registration {
@@ -526,6 +542,7 @@ pub fn _register_dataclass_fields<'py>(
     }
     .unbind();
     let rule = Rule::Dataclass {
+        reads: Rule::field_reads(&data, &meta),
         data,
         meta,
         call_init,

@@ -129,28 +129,7 @@ fn version_tag(ty: &Bound<'_, PyAny>) -> Option<u32> {
     type_version_tag(ty.cast::<PyType>().ok()?)
 }
 
-/// `version_tag` of a type.
-#[inline]
-pub fn type_version_tag(ty: &Bound<'_, PyType>) -> Option<u32> {
-    let (flags, tag) = crate::ffi::type_flags_and_tag(ty);
-    valid_tag(flags, tag)
-}
-
-/// The version tag `tag` of a type whose flags are `flags`, when it is valid: a type that
-/// carries it has not been modified since it was given it, and no other type ever gets it.
-#[inline]
-pub fn valid_tag(flags: std::os::raw::c_ulong, tag: u32) -> Option<u32> {
-    // Up to 3.12 a modified type loses Py_TPFLAGS_VALID_VERSION_TAG (3.11 keeps the old
-    // tag); from 3.13 the flag is never set and a modified type's tag is 0. Without this
-    // gate no type had a tag on 3.13, and every cache keyed by it missed (namedtuple
-    // unflatten 16x slower).
-    let valid = if cfg!(Py_3_13) {
-        true
-    } else {
-        flags & ffi::Py_TPFLAGS_VALID_VERSION_TAG != 0
-    };
-    (valid && tag != 0).then_some(tag)
-}
+pub use crate::ffi::{type_version_tag, valid_version_tag as valid_tag};
 
 /// Classifies a strict subclass of tuple: a namedtuple, a struct sequence, or a leaf.
 #[cold]

@@ -29,16 +29,35 @@ struct DictObject {
 }
 
 /// CPython 3.11-3.13's `PyDictKeysObject` header (with the GIL); the index table follows
-/// it, then the entries.
+/// it, then the entries (`instance_fields` reads a class's shared keys with it too).
 #[repr(C)]
-struct KeysObject {
-    dk_refcnt: sys::Py_ssize_t,
-    dk_log2_size: u8,
-    dk_log2_index_bytes: u8,
-    dk_kind: u8,
-    dk_version: u32,
-    dk_usable: sys::Py_ssize_t,
-    dk_nentries: sys::Py_ssize_t,
+pub(super) struct KeysObject {
+    pub(super) dk_refcnt: sys::Py_ssize_t,
+    pub(super) dk_log2_size: u8,
+    pub(super) dk_log2_index_bytes: u8,
+    pub(super) dk_kind: u8,
+    pub(super) dk_version: u32,
+    pub(super) dk_usable: sys::Py_ssize_t,
+    pub(super) dk_nentries: sys::Py_ssize_t,
+}
+
+impl KeysObject {
+    /// The entries of `table`, a table of str keys (unicode or split kind): (key, value)
+    /// pairs after its index table, `dk_nentries` of them in use.
+    ///
+    /// # Safety
+    /// `table` a live keys table of this layout whose kind is not general.
+    #[inline]
+    pub(super) unsafe fn unicode_entries(table: *mut KeysObject) -> *mut [*mut sys::PyObject; 2] {
+        // SAFETY: the caller's contract; `DK_UNICODE_ENTRIES` computes the same address.
+        unsafe {
+            table
+                .add(1)
+                .cast::<u8>()
+                .add(1usize << (*table).dk_log2_index_bytes)
+                .cast()
+        }
+    }
 }
 
 /// `dk_kind` of a table whose keys are all str: its entries are (key, value) pairs.
@@ -95,11 +114,7 @@ pub fn str_table_items<'py, const N: usize>(
             return Some(None);
         }
         let nentries = (*table).dk_nentries.max(0) as usize;
-        let entries = table
-            .add(1)
-            .cast::<u8>()
-            .add(1usize << (*table).dk_log2_index_bytes)
-            .cast::<[*mut sys::PyObject; 2]>();
+        let entries = KeysObject::unicode_entries(table);
         let mut len = 0;
         for i in 0..nentries {
             let [key, value] = *entries.add(i);
@@ -181,11 +196,7 @@ pub fn dict_copy_with_values<'py>(
         {
             return None;
         }
-        let entries = table
-            .add(1)
-            .cast::<u8>()
-            .add(1usize << (*table).dk_log2_index_bytes)
-            .cast::<[*mut sys::PyObject; 2]>();
+        let entries = KeysObject::unicode_entries(table);
         let none = sys::Py_None();
         let list = keys.as_ptr();
         let values = stack.as_ptr().add(start);

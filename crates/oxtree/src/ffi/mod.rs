@@ -16,6 +16,7 @@
 
 pub mod dict_layout;
 pub mod dicts;
+pub mod instance_fields;
 pub mod memory;
 pub mod nodes;
 pub mod objects;
@@ -24,6 +25,7 @@ pub mod type_slots;
 
 pub use dict_layout::*;
 pub use dicts::*;
+pub use instance_fields::*;
 pub use memory::*;
 pub use objects::*;
 pub use sequences::*;

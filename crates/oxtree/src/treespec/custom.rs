@@ -51,30 +51,38 @@ pub fn flatten_in<'py>(
                 .map_err(|e| noted(py, e, "flatten", reg))?;
             split_flatten_result(py, reg, &out, face)
         }
-        Rule::Dataclass { data, meta, .. } => {
+        Rule::Dataclass {
+            data,
+            meta,
+            reads: [data_reads, meta_reads],
+            ..
+        } => {
             let mut children = Vec::with_capacity(data.len());
-            fields_into(py, data, obj, &mut children)?;
-            Ok((Children::Vec(children), dataclass_aux(py, meta, obj)?, None))
+            fields_into(py, data, data_reads, obj, &mut children)?;
+            let aux = dataclass_aux(py, meta, meta_reads, obj)?;
+            Ok((Children::Vec(children), aux, None))
         }
         Rule::Static => Ok((Children::Vec(Vec::new()), obj.clone(), None)),
     }
 }
 
-/// Appends the values of a dataclass's fields `names`, in order, to `out`.
+/// Appends the values of a dataclass's fields `names`, in order, to `out`: each read where
+/// `reads` (the rule's plans for those names) finds it in the instance, as generic attribute
+/// lookup would find it (about 220 instructions a field on 3.11, a tenth of that here), and
+/// with `getattr` otherwise, which gives any error.
 #[inline]
 pub fn fields_into<'py>(
     py: Python<'py>,
     names: &[Py<pyo3::types::PyString>],
+    reads: &crate::ffi::FieldReads,
     obj: &Bound<'py, PyAny>,
     out: &mut Vec<Bound<'py, PyAny>>,
 ) -> PyResult<()> {
-    for name in names {
-        match obj.getattr(name.bind(py)) {
-            Ok(value) => out.push(value),
-            Err(err) => return Err(missing_field(py, err, obj, name)),
-        }
-    }
-    Ok(())
+    reads.read_into(obj, names, out, |i| {
+        let name = &names[i];
+        obj.getattr(name.bind(py))
+            .map_err(|err| missing_field(py, err, obj, name))
+    })
 }
 
 /// The error of reading a registered field, with a note naming the registration that wants
@@ -101,17 +109,29 @@ fn missing_field(
 
 /// A dataclass's aux data: the tuple of its meta fields' values (the empty tuple when it has
 /// none).
-#[inline]
+#[inline(always)]
 pub fn dataclass_aux<'py>(
     py: Python<'py>,
     meta: &[Py<pyo3::types::PyString>],
+    reads: &crate::ffi::FieldReads,
     obj: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
     if meta.is_empty() {
         return Ok(PyTuple::empty(py).into_any());
     }
+    meta_values(py, meta, reads, obj)
+}
+
+/// `dataclass_aux` of a dataclass with meta fields (out of line: most have none).
+#[inline(never)]
+fn meta_values<'py>(
+    py: Python<'py>,
+    meta: &[Py<pyo3::types::PyString>],
+    reads: &crate::ffi::FieldReads,
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
     let mut values = Vec::with_capacity(meta.len());
-    fields_into(py, meta, obj, &mut values)?;
+    fields_into(py, meta, reads, obj, &mut values)?;
     Ok(crate::containers::tuple_from_vec(py, values)?.into_any())
 }
 

@@ -648,15 +648,21 @@ impl<
         stack: &mut Vec<Frame<'py>>,
     ) -> PyResult<()> {
         let py = self.py;
-        if let crate::registry::Rule::Dataclass { data, meta, .. } = &reg.rule {
+        if let crate::registry::Rule::Dataclass {
+            data,
+            meta,
+            reads: [data_reads, meta_reads],
+            ..
+        } = &reg.rule
+        {
             // The fields go straight onto the pending stack, last one deepest.
             let base = self.pending.len();
-            super::custom::fields_into(py, data, &obj, &mut self.pending)?;
+            super::custom::fields_into(py, data, data_reads, &obj, &mut self.pending)?;
             self.pending[base..].reverse();
             let n = data.len();
             // Meta values go into the treedef, compared by `==` (hashable or not, as optree
             // and JAX accept them).
-            let aux = super::custom::dataclass_aux(py, meta, &obj)?;
+            let aux = super::custom::dataclass_aux(py, meta, meta_reads, &obj)?;
             return self.push_custom_node(
                 obj,
                 || Items::Pending,
