@@ -200,6 +200,8 @@ unsafe fn type_lookup(ty: *mut sys::PyTypeObject, name: *mut sys::PyObject) -> *
         not(Py_3_14),
     ))]
     {
+        // SAFETY: the signature of `_PyType_Lookup` as CPython 3.11-3.13 declare and export
+        // it (`cpython/object.h`); the cfg above compiles it only for those interpreters.
         unsafe extern "C" {
             fn _PyType_Lookup(
                 ty: *mut sys::PyTypeObject,
