@@ -177,7 +177,9 @@ clean:
 # or python3.X on PATH), each in .venv-3.X with the newest jax it can install
 # (constraints-matrix.txt); a version not found is reported and skipped. `make bench-matrix`:
 # benchmarks/bench.py on each, one table per version. Both run after `make test`/`make build`
-# (cargo test is not repeated). MATRIX_VERSIONS="3.12 3.13" narrows the set.
+# (cargo test is not repeated). MATRIX_VERSIONS="3.12 3.13" narrows the set. test-matrix runs
+# as many versions at once as there are CPUs (MATRIX_JOBS=1 for one at a time); bench-matrix
+# always one at a time.
 .PHONY: test-matrix bench-matrix dist
 
 # Python 3.11 with jax 0.10.2 is what `make test` just ran in .venv: skipped here (printed).

@@ -14,7 +14,11 @@
 # Environment: MATRIX_VERSIONS (default "3.11 3.12 3.13 3.14") picks the versions,
 # PYTEST_ARGS adds arguments to pytest, BENCH_ARGS to bench.py. MATRIX_SKIP_VENV=1 (what
 # `make test-matrix` sets, as it runs after `make test`) skips, in test mode, a version whose
-# Python and jax are those of .venv (VENV_PY, default .venv/bin/python).
+# Python and jax are those of .venv (VENV_PY, default .venv/bin/python). MATRIX_JOBS (test
+# mode; default: the number of CPUs) is how many versions are set up, built and tested at
+# once: each pytest run uses one CPU. Their output goes to target/matrix/3.X.log and is
+# printed, version by version, when each has finished. Benchmarks always run one version
+# at a time, alone on the machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -78,24 +82,22 @@ run_version() {
     fi
 }
 
-summary=()
-failed=0
-benched=()
-last_venv=
-for minor in $versions; do
+# Sets up, builds and runs version $1; prints what happened and writes its one-line
+# summary to target/matrix/$1.summary. Returns 1 when something failed.
+one_version() {
+    local minor=$1 py jax start=$SECONDS result
+    local out=target/matrix/$minor.summary
     py=$(find_python "$minor")
     if [ -z "$py" ]; then
         echo "=== Python $minor: not found (pyenv or python$minor on PATH); skipped"
-        summary+=("$minor: skipped, no interpreter found")
-        continue
+        echo "$minor: skipped, no interpreter found" >"$out"
+        return 0
     fi
     echo "=== Python $minor: $py"
-    start=$SECONDS
     if ! prepare_venv "$minor" "$py"; then
         echo "=== Python $minor: setting up .venv-$minor failed"
-        summary+=("$minor: FAILED to set up .venv-$minor")
-        failed=1
-        continue
+        echo "$minor: FAILED to set up .venv-$minor" >"$out"
+        return 1
     fi
     jax=$(versions_of ".venv-$minor/bin/python")
     jax=${jax#* }
@@ -104,24 +106,68 @@ for minor in $versions; do
     if [ "$mode" = test ] && [ -n "${MATRIX_SKIP_VENV:-}" ] && [ -x "$VENV_PY" ] &&
         [ "$(versions_of "$VENV_PY")" = "$minor $jax" ]; then
         echo "=== Python $minor: skipped, $VENV_PY is Python $minor with jax $jax too (make test)"
-        summary+=("$minor: skipped, the same as .venv (Python $minor, jax $jax): make test runs it")
-        continue
+        echo "$minor: skipped, the same as .venv (Python $minor, jax $jax): make test runs it" >"$out"
+        return 0
     fi
     if ! build_extension "$minor"; then
         echo "=== Python $minor: building the extension failed"
-        summary+=("$minor: FAILED to build the extension")
+        echo "$minor: FAILED to build the extension" >"$out"
+        return 1
+    fi
+    result=passed
+    run_version "$minor" || result=FAILED
+    echo "$minor: $mode $result ($("$py" -V 2>&1), jax $jax, $((SECONDS - start)) s)" >"$out"
+    [ "$result" = passed ]
+}
+
+mkdir -p target/matrix
+rm -f target/matrix/*.summary
+jobs=1
+if [ "$mode" = test ]; then
+    jobs=${MATRIX_JOBS:-$(nproc 2>/dev/null || echo 1)}
+fi
+failed=0
+if [ "$jobs" -le 1 ]; then
+    for minor in $versions; do
+        one_version "$minor" || failed=1
+    done
+else
+    # At most $jobs versions at once, each writing to its own log; the logs are printed in
+    # the order of $versions, each once its version has finished.
+    pids=()
+    for minor in $versions; do
+        while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do
+            wait -n || true
+        done
+        echo "=== Python $minor: started (output in target/matrix/$minor.log)"
+        one_version "$minor" >"target/matrix/$minor.log" 2>&1 &
+        pids+=("$!")
+    done
+    # A version failed when its summary says so or it wrote none (checked below): a job
+    # already reaped by `wait -n` has no status left to wait for.
+    i=0
+    for minor in $versions; do
+        wait "${pids[$i]}" || true
+        i=$((i + 1))
+        cat "target/matrix/$minor.log"
+    done
+fi
+summary=()
+benched=()
+last_venv=
+for minor in $versions; do
+    if [ ! -f "target/matrix/$minor.summary" ]; then
+        summary+=("$minor: FAILED (stopped before it could say why: target/matrix/$minor.log)")
         failed=1
         continue
     fi
-    if run_version "$minor"; then
-        result=passed
+    summary+=("$(cat "target/matrix/$minor.summary")")
+    grep -q "FAILED" "target/matrix/$minor.summary" && failed=1
+    if [ "$mode" = bench ] && [ -f "target/bench-$minor.json" ] &&
+        grep -q " passed " "target/matrix/$minor.summary"; then
         benched+=("target/bench-$minor.json")
         last_venv=.venv-$minor
-    else
-        result=FAILED
-        failed=1
     fi
-    summary+=("$minor: $mode $result ($("$py" -V 2>&1), jax $jax, $((SECONDS - start)) s)")
 done
 
 echo
