@@ -9,14 +9,7 @@ use pyo3::types::{PyDict, PyList};
 /// CPython 3.11, 3.12 or 3.13 with the GIL, its full API (an extension built for one CPython
 /// version loads only into that version). Any other interpreter builds every dict key by
 /// key and reads no version tag.
-pub const DICT_LAYOUT_KNOWN: bool = cfg!(all(
-    not(Py_LIMITED_API),
-    not(PyPy),
-    not(GraalPy),
-    not(RustPython),
-    not(Py_GIL_DISABLED),
-    not(Py_3_14),
-));
+pub const DICT_LAYOUT_KNOWN: bool = cfg!(cpython_private_layout);
 
 /// CPython 3.11-3.13's `PyDictObject` (3.13 names the version tag `_ma_watcher_tag`).
 #[repr(C)]

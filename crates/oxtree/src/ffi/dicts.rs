@@ -42,7 +42,7 @@ pub fn dict_get_str_addr(dict: &Bound<'_, PyDict>, key: &Bound<'_, PyString>) ->
 /// An empty dict with room for `n` items without resizing.
 #[inline]
 pub fn dict_presized(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyDict>> {
-    #[cfg(all(not(PyPy), not(GraalPy), not(Py_LIMITED_API), not(Py_3_14)))]
+    #[cfg(cpython_private_api)]
     {
         extern "C" {
             // CPython's own presized constructor (exported by libpython 3.11-3.13, left out
@@ -57,7 +57,7 @@ pub fn dict_presized(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyDict>> {
             )
         }
     }
-    #[cfg(not(all(not(PyPy), not(GraalPy), not(Py_LIMITED_API), not(Py_3_14))))]
+    #[cfg(not(cpython_private_api))]
     {
         let _ = n;
         Ok(PyDict::new(py))

@@ -191,14 +191,7 @@ fn tag_of_type_of(obj: &Bound<'_, PyAny>) -> Option<u32> {
 /// `ty` a live type, `name` a live exact str; use the result only while nothing runs Python
 /// code.
 unsafe fn type_lookup(ty: *mut sys::PyTypeObject, name: *mut sys::PyObject) -> *mut sys::PyObject {
-    #[cfg(all(
-        not(Py_LIMITED_API),
-        not(PyPy),
-        not(GraalPy),
-        not(RustPython),
-        not(Py_GIL_DISABLED),
-        not(Py_3_14),
-    ))]
+    #[cfg(cpython_private_layout)]
     {
         // SAFETY: the signature of `_PyType_Lookup` as CPython 3.11-3.13 declare and export
         // it (`cpython/object.h`); the cfg above compiles it only for those interpreters.

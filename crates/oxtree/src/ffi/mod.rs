@@ -11,8 +11,9 @@
 //!
 //! Private CPython layouts (the dict tables the template copy writes into, the dict
 //! version tag) are compiled only for the interpreters whose layout they mirror, by the
-//! cfgs `build.rs` passes from pyo3-build-config (`Py_3_14`, `Py_GIL_DISABLED`, `PyPy`,
-//! ...): an extension is built for one interpreter, so nothing is decided at run time.
+//! cfgs `build.rs` derives from pyo3-build-config (`cpython_private_layout`: CPython 3.11 to
+//! 3.13 with the GIL; `cpython_private_api`: their private functions): an extension is built
+//! for one interpreter, so nothing is decided at run time.
 
 pub mod dict_layout;
 pub mod dicts;
