@@ -52,10 +52,15 @@ pub fn dict_items<'py>(dict: &Bound<'py, PyDict>) -> PyResult<DictParts<'py>> {
     Ok((list, addrs, values))
 }
 
-/// How many sorted key lists each thread remembers, direct-mapped by their keys' addresses:
-/// enough for trees of a few hundred distinct dicts (a 1,000-leaf tree of random dicts has
-/// 151, which 64 slots had thrashed).
+/// How many sorted key lists each thread remembers: enough for trees of a few hundred
+/// distinct dicts (a 1,000-leaf tree of random dicts has 151, which 64 slots had thrashed).
 const KEY_LIST_SLOTS: usize = 1024;
+
+/// The entries a key set may take (its set of slots). Direct-mapped (one), two key sets whose
+/// addresses hashed alike evicted each other on every walk: a 1,000-leaf tree of random dicts
+/// missed 28 times a flatten where 14 had the same keys. With four, and the least recently
+/// used entry evicted, misses depend on how many key sets a walk meets, not where they lie.
+const KEY_LIST_WAYS: usize = 4;
 
 /// A sorted key list built for a small str-keyed dict, with the keys in the insertion order it
 /// was built from and the sort's permutation. A dict with the very same key objects in the
@@ -64,6 +69,11 @@ const KEY_LIST_SLOTS: usize = 1024;
 /// can take their addresses while the entry lives. The lists are private to treespecs, which
 /// never hand them out (node data and pickles copy them), so sharing one is unobservable.
 struct CachedKeys {
+    /// `key_list_hash` of the keys: compared first, so most other entries of the set are
+    /// passed over at one compare.
+    hash: u64,
+    /// When the entry was last found or made (`KeyLists::clock`): the set's oldest is evicted.
+    used: u32,
     n: usize,
     /// The keys' addresses (the list holds the keys, so no other object takes them).
     keys: [usize; SMALL_MAPPING],
@@ -71,15 +81,82 @@ struct CachedKeys {
     list: Py<PyList>,
 }
 
-thread_local! {
-    static KEY_LISTS: RefCell<Vec<Option<CachedKeys>>> = const { RefCell::new(Vec::new()) };
+/// One thread's sorted key lists: `KEY_LIST_SLOTS` entries in sets of `KEY_LIST_WAYS`.
+struct KeyLists {
+    entries: Vec<Option<CachedKeys>>,
+    /// Counts lookups that found an entry and entries made (it may wrap: an eviction
+    /// then picks a younger entry, nothing worse).
+    clock: u32,
 }
 
-fn key_list_slot(keys: &[usize]) -> usize {
-    let h = keys.iter().fold(0u64, |h, &k| {
+impl KeyLists {
+    /// The slots of the set that a key set with this hash maps to (empty before the first
+    /// entry is made).
+    fn set_of(&mut self, hash: u64) -> &mut [Option<CachedKeys>] {
+        let sets = KEY_LIST_SLOTS / KEY_LIST_WAYS;
+        let set = (hash >> (64 - sets.trailing_zeros())) as usize;
+        let start = set * KEY_LIST_WAYS;
+        self.entries
+            .get_mut(start..start + KEY_LIST_WAYS)
+            .unwrap_or_default()
+    }
+
+    /// The sorted list and permutation remembered for the keys at `keys` (their hash `hash`).
+    fn find<'py>(
+        &mut self,
+        py: Python<'py>,
+        hash: u64,
+        keys: &[usize],
+    ) -> Option<(Bound<'py, PyList>, [u8; SMALL_MAPPING])> {
+        self.clock = self.clock.wrapping_add(1);
+        let now = self.clock;
+        let n = keys.len();
+        self.set_of(hash)
+            .iter_mut()
+            .flatten()
+            // Compared one by one: a slice compare of addresses calls `memcmp`.
+            .find(|e| e.hash == hash && e.n == n && e.keys.iter().zip(keys).all(|(a, b)| a == b))
+            .map(|e| {
+                e.used = now;
+                (e.list.clone_ref(py).into_bound(py), e.order)
+            })
+    }
+
+    /// Remembers `entry` in its set, in place of the least recently used entry when the set
+    /// is full. Dropping an evicted entry only releases a list of str: no Python code runs.
+    fn insert(&mut self, mut entry: CachedKeys) {
+        if self.entries.is_empty() {
+            self.entries.resize_with(KEY_LIST_SLOTS, || None);
+        }
+        self.clock = self.clock.wrapping_add(1);
+        entry.used = self.clock;
+        let set = self.set_of(entry.hash);
+        let victim = set
+            .iter()
+            .position(Option::is_none)
+            .or_else(|| {
+                (0..set.len()).min_by_key(|&i| set[i].as_ref().map_or(0, |e| e.used))
+            });
+        if let Some(slot) = victim.and_then(|i| set.get_mut(i)) {
+            *slot = Some(entry);
+        }
+    }
+}
+
+thread_local! {
+    static KEY_LISTS: RefCell<KeyLists> = const {
+        RefCell::new(KeyLists {
+            entries: Vec::new(),
+            clock: 0,
+        })
+    };
+}
+
+/// A hash of a key set's addresses, in order.
+fn key_list_hash(keys: &[usize]) -> u64 {
+    keys.iter().fold(0u64, |h, &k| {
         (h ^ ((k as u64) >> 4)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-    });
-    (h >> (64 - KEY_LIST_SLOTS.trailing_zeros())) as usize
+    })
 }
 
 /// A dict's keys in leaf order and its insertion positions (if they differ).
@@ -135,17 +212,9 @@ pub fn small_str_items<'py>(
         pending.truncate(base);
         return None;
     }
-    let slot = key_list_slot(&keys[..n]);
-    let cached = KEY_LISTS.with(|cache| {
-        cache
-            .borrow()
-            .get(slot)
-            .and_then(Option::as_ref)
-            // Compared one by one: a slice compare of addresses calls `memcmp`.
-            .filter(|e| e.n == n && e.keys.iter().zip(&keys[..n]).all(|(a, b)| a == b))
-            .map(|e| (e.list.clone_ref(py).into_bound(py), e.order))
-    });
-    let Some((list, order)) = cached.or_else(|| sorted_key_list(dict, &keys, n, slot)) else {
+    let hash = key_list_hash(&keys[..n]);
+    let cached = KEY_LISTS.with(|cache| cache.borrow_mut().find(py, hash, &keys[..n]));
+    let Some((list, order)) = cached.or_else(|| sorted_key_list(dict, &keys, n, hash)) else {
         pending.truncate(base);
         return None;
     };
@@ -167,14 +236,14 @@ pub fn small_str_items<'py>(
 }
 
 /// The sorted key list of a small str-keyed dict whose keys (in insertion order) are at the
-/// addresses `keys[..n]`, and the sort's permutation; remembered in `slot` of this thread's
-/// cache. None when the dict no longer holds those keys.
+/// addresses `keys[..n]` (whose `key_list_hash` is `hash`), and the sort's permutation;
+/// remembered in this thread's cache. None when the dict no longer holds those keys.
 #[cold]
 fn sorted_key_list<'py>(
     dict: &Bound<'py, PyDict>,
     keys: &[usize; SMALL_MAPPING],
     n: usize,
-    slot: usize,
+    hash: u64,
 ) -> Option<(Bound<'py, PyList>, [u8; SMALL_MAPPING])> {
     let py = dict.py();
     // Owned references, read again from the dict (no Python code has run since the values
@@ -210,19 +279,14 @@ fn sorted_key_list<'py>(
     crate::ffi::untrack(&list);
     if n > 0 {
         let entry = CachedKeys {
+            hash,
+            used: 0,
             n,
             keys: *keys,
             order,
             list: list.clone().unbind(),
         };
-        // Dropping an evicted entry only releases a list of str: no Python code runs.
-        KEY_LISTS.with(|cache| {
-            let mut cache = cache.borrow_mut();
-            if cache.is_empty() {
-                cache.resize_with(KEY_LIST_SLOTS, || None);
-            }
-            cache[slot] = Some(entry);
-        });
+        KEY_LISTS.with(|cache| cache.borrow_mut().insert(entry));
     }
     Some((list, order))
 }
