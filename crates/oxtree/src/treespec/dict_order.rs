@@ -77,8 +77,67 @@ struct CachedKeys {
     n: usize,
     /// The keys' addresses (the list holds the keys, so no other object takes them).
     keys: [usize; SMALL_MAPPING],
-    order: [u8; SMALL_MAPPING],
+    order: KeyOrder,
+}
+
+/// What walking a small str-keyed dict needs of its key set, worked out once per key set:
+/// on a hit a walk only follows the swaps (a permutation read and checked at every dict, and
+/// positions packed again, were half of what a 1,000-leaf tree of small dicts spent on them).
+struct KeyOrder {
+    /// The keys in leaf order.
     list: Py<PyList>,
+    /// The swaps that turn the dict's values, in insertion order, into the walk's pending
+    /// order (leaf order reversed): at most one fewer than the keys.
+    swaps: [(u8, u8); SMALL_MAPPING],
+    num_swaps: u8,
+    /// The leaf position of the key inserted `i`-th as nibble `i`; None when the insertion
+    /// order is the leaf order.
+    positions: Option<u64>,
+}
+
+impl KeyOrder {
+    /// The key set's order, from the sort's permutation (`order[j]`: the insertion index of
+    /// leaf `j`'s key); None when `order` is no permutation.
+    fn new(list: Py<PyList>, order: &[u8]) -> Option<KeyOrder> {
+        let n = order.len();
+        let mut swaps = [(0u8, 0u8); SMALL_MAPPING];
+        let mut num_swaps = 0;
+        // The walk pops the values in leaf order: they lie in its reverse, the value of leaf
+        // `j` (inserted `order[j]`-th) at `n - 1 - j`.
+        let permutes = cycle_swaps(
+            n,
+            |k| usize::from(order[n - 1 - k]),
+            |a, b| {
+                swaps[usize::from(num_swaps)] = (a as u8, b as u8);
+                num_swaps += 1;
+            },
+        );
+        let identity = order.iter().enumerate().all(|(j, &i)| j == usize::from(i));
+        // The leaf position of the key inserted `i`-th is nibble `i` of `bits`.
+        let bits = order.iter().enumerate().fold(0u64, |bits, (j, &i)| {
+            bits | ((j as u64) << (4 * u32::from(i)))
+        });
+        permutes.then_some(KeyOrder {
+            list,
+            swaps,
+            num_swaps,
+            positions: (!identity).then_some(bits),
+        })
+    }
+
+    /// Puts `values` (the dict's, in insertion order) in pending order; the key list and the
+    /// insertion positions.
+    #[inline]
+    fn apply<'py>(&self, py: Python<'py>, values: &mut [Bound<'py, PyAny>]) -> SortedKeys<'py> {
+        for &(a, b) in &self.swaps[..usize::from(self.num_swaps)] {
+            values.swap(usize::from(a), usize::from(b));
+        }
+        let positions = self.positions.map(|bits| Positions::Nibbles {
+            bits,
+            len: values.len(),
+        });
+        (self.list.clone_ref(py).into_bound(py), positions)
+    }
 }
 
 /// One thread's sorted key lists: `KEY_LIST_SLOTS` entries in sets of `KEY_LIST_WAYS`.
@@ -101,25 +160,26 @@ impl KeyLists {
             .unwrap_or_default()
     }
 
-    /// The sorted list and permutation remembered for the keys at `keys` (their hash `hash`).
+    /// What is remembered for the keys at `keys` (their hash `hash`), applied to `values`
+    /// (see `KeyOrder::apply`); None (values untouched) when nothing is.
     fn find<'py>(
         &mut self,
         py: Python<'py>,
         hash: u64,
         keys: &[usize],
-    ) -> Option<(Bound<'py, PyList>, [u8; SMALL_MAPPING])> {
+        values: &mut [Bound<'py, PyAny>],
+    ) -> Option<SortedKeys<'py>> {
         self.clock = self.clock.wrapping_add(1);
         let now = self.clock;
         let n = keys.len();
-        self.set_of(hash)
+        let entry = self
+            .set_of(hash)
             .iter_mut()
             .flatten()
             // Compared one by one: a slice compare of addresses calls `memcmp`.
-            .find(|e| e.hash == hash && e.n == n && e.keys.iter().zip(keys).all(|(a, b)| a == b))
-            .map(|e| {
-                e.used = now;
-                (e.list.clone_ref(py).into_bound(py), e.order)
-            })
+            .find(|e| e.hash == hash && e.n == n && e.keys.iter().zip(keys).all(|(a, b)| a == b))?;
+        entry.used = now;
+        (values.len() == n).then(|| entry.order.apply(py, values))
     }
 
     /// Remembers `entry` in its set, in place of the least recently used entry when the set
@@ -134,9 +194,7 @@ impl KeyLists {
         let victim = set
             .iter()
             .position(Option::is_none)
-            .or_else(|| {
-                (0..set.len()).min_by_key(|&i| set[i].as_ref().map_or(0, |e| e.used))
-            });
+            .or_else(|| (0..set.len()).min_by_key(|&i| set[i].as_ref().map_or(0, |e| e.used)));
         if let Some(slot) = victim.and_then(|i| set.get_mut(i)) {
             *slot = Some(entry);
         }
@@ -213,38 +271,38 @@ pub fn small_str_items<'py>(
         return None;
     }
     let hash = key_list_hash(&keys[..n]);
-    let cached = KEY_LISTS.with(|cache| cache.borrow_mut().find(py, hash, &keys[..n]));
-    let Some((list, order)) = cached.or_else(|| sorted_key_list(dict, &keys, n, hash)) else {
-        pending.truncate(base);
-        return None;
-    };
-    // The walk pops the values in leaf order: they lie in its reverse, the value of leaf `j`
-    // (inserted `order[j]`-th) at `n - 1 - j`.
-    let order = &order[..n];
-    if !reorder(&mut pending[base..], |k| usize::from(order[n - 1 - k])) {
-        pending.truncate(base);
-        return None;
-    }
-    if order.iter().enumerate().all(|(j, &i)| j == usize::from(i)) {
-        return Some((list, None));
-    }
-    // The leaf position of the key inserted `i`-th is nibble `i` of `bits`.
-    let bits = order.iter().enumerate().fold(0u64, |bits, (j, &i)| {
-        bits | ((j as u64) << (4 * u32::from(i)))
+    let values = &mut pending[base..];
+    let found = KEY_LISTS.with(|cache| cache.borrow_mut().find(py, hash, &keys[..n], values));
+    let sorted = found.or_else(|| {
+        let order = sorted_key_list(dict, &keys, n)?;
+        let sorted = order.apply(py, values);
+        if n > 0 {
+            let entry = CachedKeys {
+                hash,
+                used: 0,
+                n,
+                keys,
+                order,
+            };
+            KEY_LISTS.with(|cache| cache.borrow_mut().insert(entry));
+        }
+        Some(sorted)
     });
-    Some((list, Some(Positions::Nibbles { bits, len: n })))
+    if sorted.is_none() {
+        pending.truncate(base);
+    }
+    sorted
 }
 
-/// The sorted key list of a small str-keyed dict whose keys (in insertion order) are at the
-/// addresses `keys[..n]` (whose `key_list_hash` is `hash`), and the sort's permutation;
-/// remembered in this thread's cache. None when the dict no longer holds those keys.
+/// The key order of a small str-keyed dict whose keys (in insertion order) are at the
+/// addresses `keys[..n]`: its sorted key list, and what follows from the sort's permutation.
+/// None when the dict no longer holds those keys.
 #[cold]
 fn sorted_key_list<'py>(
     dict: &Bound<'py, PyDict>,
     keys: &[usize; SMALL_MAPPING],
     n: usize,
-    hash: u64,
-) -> Option<(Bound<'py, PyList>, [u8; SMALL_MAPPING])> {
+) -> Option<KeyOrder> {
     let py = dict.py();
     // Owned references, read again from the dict (no Python code has run since the values
     // were read): allocating the key list below may start a collection, whose finalizers run
@@ -277,18 +335,7 @@ fn sorted_key_list<'py>(
         crate::ffi::list_from(py, sorted.iter().map(|&i| key_refs[i as usize].clone())).ok()?;
     // A list of str cannot be part of a reference cycle (see `untrack_if_atomic`).
     crate::ffi::untrack(&list);
-    if n > 0 {
-        let entry = CachedKeys {
-            hash,
-            used: 0,
-            n,
-            keys: *keys,
-            order,
-            list: list.clone().unbind(),
-        };
-        KEY_LISTS.with(|cache| cache.borrow_mut().insert(entry));
-    }
-    Some((list, order))
+    KeyOrder::new(list.unbind(), sorted)
 }
 
 /// For each key in insertion order, its position in leaf (sorted) order; `None` when the two
@@ -329,7 +376,20 @@ pub const REORDER_MAX: usize = 32;
 /// false.
 #[inline]
 pub fn reorder<T>(values: &mut [T], from: impl Fn(usize) -> usize) -> bool {
-    let n = values.len();
+    cycle_swaps(values.len(), from, |a, b| values.swap(a, b))
+}
+
+/// The swaps, in order, that make `values[k]` the old `values[from(k)]` for a slice of `n`
+/// values, each handed to `swap`, following the permutation's cycles. `from` must be a
+/// permutation of `0..n` (`n` at most `REORDER_MAX`): otherwise no swap is handed out and
+/// the result is false. A cycle of `m` values takes `m - 1` swaps, so there are fewer swaps
+/// than values.
+#[inline]
+fn cycle_swaps(
+    n: usize,
+    from: impl Fn(usize) -> usize,
+    mut swap: impl FnMut(usize, usize),
+) -> bool {
     if n > REORDER_MAX {
         return false;
     }
@@ -357,7 +417,7 @@ pub fn reorder<T>(values: &mut [T], from: impl Fn(usize) -> usize) -> bool {
             if next == start {
                 break;
             }
-            values.swap(k, next);
+            swap(k, next);
             k = next;
         }
     }

@@ -644,7 +644,7 @@ impl<
             |node| {
                 node.data = factory;
                 node.set_keys(Some(keys.unbind()));
-                node.set_insertion(insertion.as_ref().map(|p| (0..p.len()).map(|i| p.get(i))));
+                node.set_insertion_positions(insertion.as_ref());
             },
         )
     }
