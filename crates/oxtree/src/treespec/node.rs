@@ -172,12 +172,15 @@ impl Node {
     /// `set_insertion` from a walk's positions: a small dict's nibbles are the packed
     /// field as they are (repacking them one by one was a twentieth of a 1,000-leaf tree of
     /// small dicts' flatten).
+    #[inline]
     pub fn set_insertion_positions(&mut self, positions: Option<&Positions>) {
         match positions {
             Some(&Positions::Nibbles { bits, len }) if len <= PACKED_MAX => {
-                self.set_insertion(None::<std::iter::Empty<usize>>);
                 // The same 4-bit fields in the same order; the nibbles past `len` are zero.
                 self.packed = bits as u32;
+                if let Some(e) = &mut self.extra {
+                    e.insertion = None;
+                }
             }
             _ => self.set_insertion(positions.map(|p| (0..p.len()).map(|i| p.get(i)))),
         }
