@@ -62,21 +62,25 @@ const KEY_LIST_SLOTS: usize = 1024;
 /// used entry evicted, misses depend on how many key sets a walk meets, not where they lie.
 const KEY_LIST_WAYS: usize = 4;
 
+/// The most keys a dict may have for its key set to be remembered (`KEY_LISTS`): a model's
+/// dict of its 24 layers is sorted once, not on every walk.
+pub const CACHED_KEYS_MAX: usize = REORDER_MAX;
+
 /// A sorted key list built for a small str-keyed dict, with the keys in the insertion order it
-/// was built from and the sort's permutation. A dict with the very same key objects in the
-/// same order (the hundred `{'weight': ..., 'bias': ...}` dicts of a model) shares the list
-/// and the permutation: no sort, no allocation. The list owns the keys, so no other object
-/// can take their addresses while the entry lives. The lists are private to treespecs, which
-/// never hand them out (node data and pickles copy them), so sharing one is unobservable.
+/// was built from and what the sort's permutation gives. A dict with the very same key objects
+/// in the same order (the hundred `{'weight': ..., 'bias': ...}` dicts of a model) shares the
+/// list and the permutation: no sort, no allocation. The list owns the keys, so no other
+/// object can take their addresses while the entry lives. The lists are private to
+/// treespecs, which never hand them out (node data and pickles copy them), so sharing one is
+/// unobservable.
 struct CachedKeys {
     /// `key_list_hash` of the keys: compared first, so most other entries of the set are
     /// passed over at one compare.
     hash: u64,
     /// When the entry was last found or made (`KeyLists::clock`): the set's oldest is evicted.
     used: u32,
-    n: usize,
     /// The keys' addresses (the list holds the keys, so no other object takes them).
-    keys: [usize; SMALL_MAPPING],
+    keys: Box<[usize]>,
     order: KeyOrder,
 }
 
@@ -88,11 +92,19 @@ struct KeyOrder {
     list: Py<PyList>,
     /// The swaps that turn the dict's values, in insertion order, into the walk's pending
     /// order (leaf order reversed): at most one fewer than the keys.
-    swaps: [(u8, u8); SMALL_MAPPING],
+    swaps: [(u8, u8); CACHED_KEYS_MAX],
     num_swaps: u8,
-    /// The leaf position of the key inserted `i`-th as nibble `i`; None when the insertion
-    /// order is the leaf order.
-    positions: Option<u64>,
+    positions: KeyPositions,
+}
+
+/// A key set's insertion positions (see `Positions`).
+enum KeyPositions {
+    /// The insertion order is the leaf order.
+    Same,
+    /// Up to `SMALL_MAPPING` keys: the leaf position of the key inserted `i`-th as nibble `i`.
+    Nibbles(u64),
+    /// More keys: the leaf position of each key, in insertion order.
+    Words(Box<[usize]>),
 }
 
 impl KeyOrder {
@@ -100,7 +112,7 @@ impl KeyOrder {
     /// leaf `j`'s key); None when `order` is no permutation.
     fn new(list: Py<PyList>, order: &[u8]) -> Option<KeyOrder> {
         let n = order.len();
-        let mut swaps = [(0u8, 0u8); SMALL_MAPPING];
+        let mut swaps = [(0u8, 0u8); CACHED_KEYS_MAX];
         let mut num_swaps = 0;
         // The walk pops the values in leaf order: they lie in its reverse, the value of leaf
         // `j` (inserted `order[j]`-th) at `n - 1 - j`.
@@ -112,16 +124,25 @@ impl KeyOrder {
                 num_swaps += 1;
             },
         );
-        let identity = order.iter().enumerate().all(|(j, &i)| j == usize::from(i));
-        // The leaf position of the key inserted `i`-th is nibble `i` of `bits`.
-        let bits = order.iter().enumerate().fold(0u64, |bits, (j, &i)| {
-            bits | ((j as u64) << (4 * u32::from(i)))
-        });
+        let positions = if order.iter().enumerate().all(|(j, &i)| j == usize::from(i)) {
+            KeyPositions::Same
+        } else if n <= SMALL_MAPPING {
+            // The leaf position of the key inserted `i`-th is nibble `i` of `bits`.
+            KeyPositions::Nibbles(order.iter().enumerate().fold(0u64, |bits, (j, &i)| {
+                bits | ((j as u64) << (4 * u32::from(i)))
+            }))
+        } else {
+            let mut words = vec![0; n];
+            for (j, &i) in order.iter().enumerate() {
+                *words.get_mut(usize::from(i))? = j;
+            }
+            KeyPositions::Words(words.into())
+        };
         permutes.then_some(KeyOrder {
             list,
             swaps,
             num_swaps,
-            positions: (!identity).then_some(bits),
+            positions,
         })
     }
 
@@ -132,10 +153,14 @@ impl KeyOrder {
         for &(a, b) in &self.swaps[..usize::from(self.num_swaps)] {
             values.swap(usize::from(a), usize::from(b));
         }
-        let positions = self.positions.map(|bits| Positions::Nibbles {
-            bits,
-            len: values.len(),
-        });
+        let positions = match &self.positions {
+            KeyPositions::Same => None,
+            &KeyPositions::Nibbles(bits) => Some(Positions::Nibbles {
+                bits,
+                len: values.len(),
+            }),
+            KeyPositions::Words(words) => Some(Positions::Words(words.clone())),
+        };
         (self.list.clone_ref(py).into_bound(py), positions)
     }
 }
@@ -177,7 +202,9 @@ impl KeyLists {
             .iter_mut()
             .flatten()
             // Compared one by one: a slice compare of addresses calls `memcmp`.
-            .find(|e| e.hash == hash && e.n == n && e.keys.iter().zip(keys).all(|(a, b)| a == b))?;
+            .find(|e| {
+                e.hash == hash && e.keys.len() == n && e.keys.iter().zip(keys).all(|(a, b)| a == b)
+            })?;
         entry.used = now;
         (values.len() == n).then(|| entry.order.apply(py, values))
     }
@@ -245,43 +272,56 @@ impl Positions {
     }
 }
 
-/// A small dict whose keys are all exact `str`: keys sorted by an insertion sort of
-/// indices (Unicode code-point order, as `list.sort` gives for str), the key list built
-/// once in that order, the values pushed onto `pending` in its reverse (the walk pops them in
-/// leaf order), and the insertion positions read off the sort; `None` (having built and
-/// pushed nothing) for any other dict. Measured on a gpt2-like dict
-/// (220 small dicts per flatten): half the instructions of sorting a key list with
-/// `list.sort`, finding positions by identity and permuting the values.
+/// A small dict (at most `CACHED_KEYS_MAX` items) whose keys are all exact `str`: keys
+/// sorted by an insertion sort of indices (Unicode code-point order, as `list.sort` gives for
+/// str), the key list built once in that order, the values pushed onto `pending` in its
+/// reverse (the walk pops them in leaf order), and the insertion positions read off the
+/// sort; `None` (having built and pushed nothing) for any other dict. Measured on a
+/// gpt2-like dict (220 small dicts per flatten): half the instructions of sorting a key list
+/// with `list.sort`, finding positions by identity and permuting the values.
 pub fn small_str_items<'py>(
+    dict: &Bound<'py, PyDict>,
+    pending: &mut Vec<Bound<'py, PyAny>>,
+) -> Option<SortedKeys<'py>> {
+    // Most dicts are small: their keys' addresses fit a smaller array, zeroed at each dict.
+    if dict.len() <= SMALL_MAPPING {
+        str_items::<SMALL_MAPPING>(dict, pending)
+    } else if dict.len() <= CACHED_KEYS_MAX {
+        str_items::<CACHED_KEYS_MAX>(dict, pending)
+    } else {
+        None
+    }
+}
+
+/// `small_str_items` for a dict of at most `N` items.
+#[inline]
+fn str_items<'py, const N: usize>(
     dict: &Bound<'py, PyDict>,
     pending: &mut Vec<Bound<'py, PyAny>>,
 ) -> Option<SortedKeys<'py>> {
     let py = dict.py();
     let n = dict.len();
-    if n > SMALL_MAPPING {
-        return None;
-    }
     // The keys' addresses in a fixed array (`n` is known to fit); the values owned at once,
     // pushed onto `pending` in insertion order and put in place below. The keys are only
     // compared by address until a sort needs them.
-    let mut keys = [0usize; SMALL_MAPPING];
+    let mut keys = [0usize; N];
     let base = pending.len();
     if crate::ffi::str_keyed_items(dict, &mut keys, pending)? != n {
         pending.truncate(base);
         return None;
     }
-    let hash = key_list_hash(&keys[..n]);
+    let keys = keys.get(..n)?;
+    let hash = key_list_hash(keys);
     let values = &mut pending[base..];
-    let found = KEY_LISTS.with(|cache| cache.borrow_mut().find(py, hash, &keys[..n], values));
+    let found = KEY_LISTS.with(|cache| cache.borrow_mut().find(py, hash, keys, values));
     let sorted = found.or_else(|| {
-        let order = sorted_key_list(dict, &keys, n)?;
+        let order = sorted_key_list(dict, keys)?;
         let sorted = order.apply(py, values);
         if n > 0 {
             let entry = CachedKeys {
                 hash,
                 used: 0,
-                n,
-                keys,
+                keys: keys.into(),
                 order,
             };
             KEY_LISTS.with(|cache| cache.borrow_mut().insert(entry));
@@ -295,14 +335,11 @@ pub fn small_str_items<'py>(
 }
 
 /// The key order of a small str-keyed dict whose keys (in insertion order) are at the
-/// addresses `keys[..n]`: its sorted key list, and what follows from the sort's permutation.
-/// None when the dict no longer holds those keys.
+/// addresses `keys` (at most `CACHED_KEYS_MAX`): its sorted key list, and what follows from
+/// the sort's permutation. None when the dict no longer holds those keys.
 #[cold]
-fn sorted_key_list<'py>(
-    dict: &Bound<'py, PyDict>,
-    keys: &[usize; SMALL_MAPPING],
-    n: usize,
-) -> Option<KeyOrder> {
+fn sorted_key_list<'py>(dict: &Bound<'py, PyDict>, keys: &[usize]) -> Option<KeyOrder> {
+    let n = keys.len();
     let py = dict.py();
     // Owned references, read again from the dict (no Python code has run since the values
     // were read): allocating the key list below may start a collection, whose finalizers run
@@ -316,11 +353,11 @@ fn sorted_key_list<'py>(
     {
         return None;
     }
-    let mut order = [0u8; SMALL_MAPPING];
+    let mut order = [0u8; CACHED_KEYS_MAX];
     for (i, o) in order.iter_mut().enumerate() {
         *o = i as u8;
     }
-    let sorted = &mut order[..n];
+    let sorted = order.get_mut(..n)?;
     // Both are exact str (checked when read): comparing them cannot fail or run code.
     let greater =
         |a: u8, b: u8| crate::ffi::str_greater(&key_refs[a as usize], &key_refs[b as usize]);
