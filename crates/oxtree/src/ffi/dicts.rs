@@ -158,15 +158,15 @@ pub fn dict_keys_values<'py, A: smallvec::Array<Item = usize>>(
 /// The most items `str_keyed_items` reads.
 pub const STR_ITEMS_MAX: usize = 16;
 
-/// For a dict of at most `STR_ITEMS_MAX` items whose keys are all exact str: the keys'
-/// addresses (compared, never dereferenced) into `keys` and the values (new references)
-/// pushed onto `values`, both in storage order; the number of items. None for any other
-/// dict, with `values` as it was. One pass over the table, and no reference counted for
-/// the keys.
+/// For a dict of at most `N` items (`STR_ITEMS_MAX` for most callers) whose keys are all
+/// exact str: the keys' addresses (compared, never dereferenced) into `keys` and the values
+/// (new references) pushed onto `values`, both in storage order; the number of items. None
+/// for any other dict, with `values` as it was. One pass over the table, and no reference
+/// counted for the keys.
 #[inline]
-pub fn str_keyed_items<'py>(
+pub fn str_keyed_items<'py, const N: usize>(
     dict: &Bound<'py, PyDict>,
-    keys: &mut [usize; STR_ITEMS_MAX],
+    keys: &mut [usize; N],
     values: &mut Vec<Bound<'py, PyAny>>,
 ) -> Option<usize> {
     if let Some(items) = super::dict_layout::str_table_items(dict, keys, values) {
@@ -183,7 +183,7 @@ pub fn str_keyed_items<'py>(
     // owned reference at once. Nothing here runs Python code.
     unsafe {
         while sys::PyDict_Next(dict.as_ptr(), &mut pos, &mut key, &mut value) != 0 {
-            if sys::PyUnicode_CheckExact(key) == 0 || len == STR_ITEMS_MAX {
+            if sys::PyUnicode_CheckExact(key) == 0 || len == N {
                 values.truncate(base);
                 return None;
             }

@@ -52,34 +52,196 @@ pub fn dict_items<'py>(dict: &Bound<'py, PyDict>) -> PyResult<DictParts<'py>> {
     Ok((list, addrs, values))
 }
 
-/// How many sorted key lists each thread remembers, direct-mapped by their keys' addresses:
-/// enough for trees of a few hundred distinct dicts (a 1,000-leaf tree of random dicts has
-/// 151, which 64 slots had thrashed).
+/// How many sorted key lists each thread remembers: enough for trees of a few hundred
+/// distinct dicts (a 1,000-leaf tree of random dicts has 151, which 64 slots had thrashed).
 const KEY_LIST_SLOTS: usize = 1024;
 
+/// The entries a key set may take (its set of slots). Direct-mapped (one), two key sets whose
+/// addresses hashed alike evicted each other on every walk: a 1,000-leaf tree of random dicts
+/// missed 28 times a flatten where 14 had the same keys. With four, and the least recently
+/// used entry evicted, misses depend on how many key sets a walk meets, not where they lie.
+const KEY_LIST_WAYS: usize = 4;
+
+/// The most keys a dict may have for its key set to be remembered (`KEY_LISTS`): a model's
+/// dict of its 24 layers is sorted once, not on every walk.
+pub const CACHED_KEYS_MAX: usize = REORDER_MAX;
+
 /// A sorted key list built for a small str-keyed dict, with the keys in the insertion order it
-/// was built from and the sort's permutation. A dict with the very same key objects in the
-/// same order (the hundred `{'weight': ..., 'bias': ...}` dicts of a model) shares the list
-/// and the permutation: no sort, no allocation. The list owns the keys, so no other object
-/// can take their addresses while the entry lives. The lists are private to treespecs, which
-/// never hand them out (node data and pickles copy them), so sharing one is unobservable.
+/// was built from and what the sort's permutation gives. A dict with the very same key objects
+/// in the same order (the hundred `{'weight': ..., 'bias': ...}` dicts of a model) shares the
+/// list and the permutation: no sort, no allocation. The list owns the keys, so no other
+/// object can take their addresses while the entry lives. The lists are private to
+/// treespecs, which never hand them out (node data and pickles copy them), so sharing one is
+/// unobservable.
 struct CachedKeys {
-    n: usize,
+    /// `key_list_hash` of the keys: compared first, so most other entries of the set are
+    /// passed over at one compare.
+    hash: u64,
+    /// When the entry was last found or made (`KeyLists::clock`): the set's oldest is evicted.
+    used: u32,
     /// The keys' addresses (the list holds the keys, so no other object takes them).
-    keys: [usize; SMALL_MAPPING],
-    order: [u8; SMALL_MAPPING],
+    keys: Box<[usize]>,
+    order: KeyOrder,
+}
+
+/// What walking a small str-keyed dict needs of its key set, worked out once per key set:
+/// on a hit a walk only follows the swaps (a permutation read and checked at every dict, and
+/// positions packed again, were half of what a 1,000-leaf tree of small dicts spent on them).
+struct KeyOrder {
+    /// The keys in leaf order.
     list: Py<PyList>,
+    /// The swaps that turn the dict's values, in insertion order, into the walk's pending
+    /// order (leaf order reversed): at most one fewer than the keys.
+    swaps: [(u8, u8); CACHED_KEYS_MAX],
+    num_swaps: u8,
+    positions: KeyPositions,
+}
+
+/// A key set's insertion positions (see `Positions`).
+enum KeyPositions {
+    /// The insertion order is the leaf order.
+    Same,
+    /// Up to `SMALL_MAPPING` keys: the leaf position of the key inserted `i`-th as nibble `i`.
+    Nibbles(u64),
+    /// More keys: the leaf position of each key, in insertion order.
+    Words(Box<[usize]>),
+}
+
+impl KeyOrder {
+    /// The key set's order, from the sort's permutation (`order[j]`: the insertion index of
+    /// leaf `j`'s key); None when `order` is no permutation.
+    fn new(list: Py<PyList>, order: &[u8]) -> Option<KeyOrder> {
+        let n = order.len();
+        let mut swaps = [(0u8, 0u8); CACHED_KEYS_MAX];
+        let mut num_swaps = 0;
+        // The walk pops the values in leaf order: they lie in its reverse, the value of leaf
+        // `j` (inserted `order[j]`-th) at `n - 1 - j`.
+        let permutes = cycle_swaps(
+            n,
+            |k| usize::from(order[n - 1 - k]),
+            |a, b| {
+                swaps[usize::from(num_swaps)] = (a as u8, b as u8);
+                num_swaps += 1;
+            },
+        );
+        let positions = if order.iter().enumerate().all(|(j, &i)| j == usize::from(i)) {
+            KeyPositions::Same
+        } else if n <= SMALL_MAPPING {
+            // The leaf position of the key inserted `i`-th is nibble `i` of `bits`.
+            KeyPositions::Nibbles(order.iter().enumerate().fold(0u64, |bits, (j, &i)| {
+                bits | ((j as u64) << (4 * u32::from(i)))
+            }))
+        } else {
+            let mut words = vec![0; n];
+            for (j, &i) in order.iter().enumerate() {
+                *words.get_mut(usize::from(i))? = j;
+            }
+            KeyPositions::Words(words.into())
+        };
+        permutes.then_some(KeyOrder {
+            list,
+            swaps,
+            num_swaps,
+            positions,
+        })
+    }
+
+    /// Puts `values` (the dict's, in insertion order) in pending order; the key list and the
+    /// insertion positions.
+    #[inline]
+    fn apply<'py>(&self, py: Python<'py>, values: &mut [Bound<'py, PyAny>]) -> SortedKeys<'py> {
+        for &(a, b) in &self.swaps[..usize::from(self.num_swaps)] {
+            values.swap(usize::from(a), usize::from(b));
+        }
+        let positions = match &self.positions {
+            KeyPositions::Same => None,
+            &KeyPositions::Nibbles(bits) => Some(Positions::Nibbles {
+                bits,
+                len: values.len(),
+            }),
+            KeyPositions::Words(words) => Some(Positions::Words(words.clone())),
+        };
+        (self.list.clone_ref(py).into_bound(py), positions)
+    }
+}
+
+/// One thread's sorted key lists: `KEY_LIST_SLOTS` entries in sets of `KEY_LIST_WAYS`.
+struct KeyLists {
+    entries: Vec<Option<CachedKeys>>,
+    /// Counts lookups that found an entry and entries made (it may wrap: an eviction
+    /// then picks a younger entry, nothing worse).
+    clock: u32,
+}
+
+impl KeyLists {
+    /// The slots of the set that a key set with this hash maps to (empty before the first
+    /// entry is made).
+    fn set_of(&mut self, hash: u64) -> &mut [Option<CachedKeys>] {
+        let sets = KEY_LIST_SLOTS / KEY_LIST_WAYS;
+        let set = (hash >> (64 - sets.trailing_zeros())) as usize;
+        let start = set * KEY_LIST_WAYS;
+        self.entries
+            .get_mut(start..start + KEY_LIST_WAYS)
+            .unwrap_or_default()
+    }
+
+    /// What is remembered for the keys at `keys` (their hash `hash`), applied to `values`
+    /// (see `KeyOrder::apply`); None (values untouched) when nothing is.
+    fn find<'py>(
+        &mut self,
+        py: Python<'py>,
+        hash: u64,
+        keys: &[usize],
+        values: &mut [Bound<'py, PyAny>],
+    ) -> Option<SortedKeys<'py>> {
+        self.clock = self.clock.wrapping_add(1);
+        let now = self.clock;
+        let n = keys.len();
+        let entry = self
+            .set_of(hash)
+            .iter_mut()
+            .flatten()
+            // Compared one by one: a slice compare of addresses calls `memcmp`.
+            .find(|e| {
+                e.hash == hash && e.keys.len() == n && e.keys.iter().zip(keys).all(|(a, b)| a == b)
+            })?;
+        entry.used = now;
+        (values.len() == n).then(|| entry.order.apply(py, values))
+    }
+
+    /// Remembers `entry` in its set, in place of the least recently used entry when the set
+    /// is full. Dropping an evicted entry only releases a list of str: no Python code runs.
+    fn insert(&mut self, mut entry: CachedKeys) {
+        if self.entries.is_empty() {
+            self.entries.resize_with(KEY_LIST_SLOTS, || None);
+        }
+        self.clock = self.clock.wrapping_add(1);
+        entry.used = self.clock;
+        let set = self.set_of(entry.hash);
+        let victim = set
+            .iter()
+            .position(Option::is_none)
+            .or_else(|| (0..set.len()).min_by_key(|&i| set[i].as_ref().map_or(0, |e| e.used)));
+        if let Some(slot) = victim.and_then(|i| set.get_mut(i)) {
+            *slot = Some(entry);
+        }
+    }
 }
 
 thread_local! {
-    static KEY_LISTS: RefCell<Vec<Option<CachedKeys>>> = const { RefCell::new(Vec::new()) };
+    static KEY_LISTS: RefCell<KeyLists> = const {
+        RefCell::new(KeyLists {
+            entries: Vec::new(),
+            clock: 0,
+        })
+    };
 }
 
-fn key_list_slot(keys: &[usize]) -> usize {
-    let h = keys.iter().fold(0u64, |h, &k| {
+/// A hash of a key set's addresses, in order.
+fn key_list_hash(keys: &[usize]) -> u64 {
+    keys.iter().fold(0u64, |h, &k| {
         (h ^ ((k as u64) >> 4)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-    });
-    (h >> (64 - KEY_LIST_SLOTS.trailing_zeros())) as usize
+    })
 }
 
 /// A dict's keys in leaf order and its insertion positions (if they differ).
@@ -110,72 +272,74 @@ impl Positions {
     }
 }
 
-/// A small dict whose keys are all exact `str`: keys sorted by an insertion sort of
-/// indices (Unicode code-point order, as `list.sort` gives for str), the key list built
-/// once in that order, the values pushed onto `pending` in its reverse (the walk pops them in
-/// leaf order), and the insertion positions read off the sort; `None` (having built and
-/// pushed nothing) for any other dict. Measured on a gpt2-like dict
-/// (220 small dicts per flatten): half the instructions of sorting a key list with
-/// `list.sort`, finding positions by identity and permuting the values.
+/// A small dict (at most `CACHED_KEYS_MAX` items) whose keys are all exact `str`: keys
+/// sorted by an insertion sort of indices (Unicode code-point order, as `list.sort` gives for
+/// str), the key list built once in that order, the values pushed onto `pending` in its
+/// reverse (the walk pops them in leaf order), and the insertion positions read off the
+/// sort; `None` (having built and pushed nothing) for any other dict. Measured on a
+/// gpt2-like dict (220 small dicts per flatten): half the instructions of sorting a key list
+/// with `list.sort`, finding positions by identity and permuting the values.
 pub fn small_str_items<'py>(
+    dict: &Bound<'py, PyDict>,
+    pending: &mut Vec<Bound<'py, PyAny>>,
+) -> Option<SortedKeys<'py>> {
+    // Most dicts are small: their keys' addresses fit a smaller array, zeroed at each dict.
+    if dict.len() <= SMALL_MAPPING {
+        str_items::<SMALL_MAPPING>(dict, pending)
+    } else if dict.len() <= CACHED_KEYS_MAX {
+        str_items::<CACHED_KEYS_MAX>(dict, pending)
+    } else {
+        None
+    }
+}
+
+/// `small_str_items` for a dict of at most `N` items.
+#[inline]
+fn str_items<'py, const N: usize>(
     dict: &Bound<'py, PyDict>,
     pending: &mut Vec<Bound<'py, PyAny>>,
 ) -> Option<SortedKeys<'py>> {
     let py = dict.py();
     let n = dict.len();
-    if n > SMALL_MAPPING {
-        return None;
-    }
     // The keys' addresses in a fixed array (`n` is known to fit); the values owned at once,
     // pushed onto `pending` in insertion order and put in place below. The keys are only
     // compared by address until a sort needs them.
-    let mut keys = [0usize; SMALL_MAPPING];
+    let mut keys = [0usize; N];
     let base = pending.len();
     if crate::ffi::str_keyed_items(dict, &mut keys, pending)? != n {
         pending.truncate(base);
         return None;
     }
-    let slot = key_list_slot(&keys[..n]);
-    let cached = KEY_LISTS.with(|cache| {
-        cache
-            .borrow()
-            .get(slot)
-            .and_then(Option::as_ref)
-            // Compared one by one: a slice compare of addresses calls `memcmp`.
-            .filter(|e| e.n == n && e.keys.iter().zip(&keys[..n]).all(|(a, b)| a == b))
-            .map(|e| (e.list.clone_ref(py).into_bound(py), e.order))
+    let keys = keys.get(..n)?;
+    let hash = key_list_hash(keys);
+    let values = &mut pending[base..];
+    let found = KEY_LISTS.with(|cache| cache.borrow_mut().find(py, hash, keys, values));
+    let sorted = found.or_else(|| {
+        let order = sorted_key_list(dict, keys)?;
+        let sorted = order.apply(py, values);
+        if n > 0 {
+            let entry = CachedKeys {
+                hash,
+                used: 0,
+                keys: keys.into(),
+                order,
+            };
+            KEY_LISTS.with(|cache| cache.borrow_mut().insert(entry));
+        }
+        Some(sorted)
     });
-    let Some((list, order)) = cached.or_else(|| sorted_key_list(dict, &keys, n, slot)) else {
+    if sorted.is_none() {
         pending.truncate(base);
-        return None;
-    };
-    // The walk pops the values in leaf order: they lie in its reverse, the value of leaf `j`
-    // (inserted `order[j]`-th) at `n - 1 - j`.
-    let order = &order[..n];
-    if !reorder(&mut pending[base..], |k| usize::from(order[n - 1 - k])) {
-        pending.truncate(base);
-        return None;
     }
-    if order.iter().enumerate().all(|(j, &i)| j == usize::from(i)) {
-        return Some((list, None));
-    }
-    // The leaf position of the key inserted `i`-th is nibble `i` of `bits`.
-    let bits = order.iter().enumerate().fold(0u64, |bits, (j, &i)| {
-        bits | ((j as u64) << (4 * u32::from(i)))
-    });
-    Some((list, Some(Positions::Nibbles { bits, len: n })))
+    sorted
 }
 
-/// The sorted key list of a small str-keyed dict whose keys (in insertion order) are at the
-/// addresses `keys[..n]`, and the sort's permutation; remembered in `slot` of this thread's
-/// cache. None when the dict no longer holds those keys.
+/// The key order of a small str-keyed dict whose keys (in insertion order) are at the
+/// addresses `keys` (at most `CACHED_KEYS_MAX`): its sorted key list, and what follows from
+/// the sort's permutation. None when the dict no longer holds those keys.
 #[cold]
-fn sorted_key_list<'py>(
-    dict: &Bound<'py, PyDict>,
-    keys: &[usize; SMALL_MAPPING],
-    n: usize,
-    slot: usize,
-) -> Option<(Bound<'py, PyList>, [u8; SMALL_MAPPING])> {
+fn sorted_key_list<'py>(dict: &Bound<'py, PyDict>, keys: &[usize]) -> Option<KeyOrder> {
+    let n = keys.len();
     let py = dict.py();
     // Owned references, read again from the dict (no Python code has run since the values
     // were read): allocating the key list below may start a collection, whose finalizers run
@@ -189,11 +353,11 @@ fn sorted_key_list<'py>(
     {
         return None;
     }
-    let mut order = [0u8; SMALL_MAPPING];
+    let mut order = [0u8; CACHED_KEYS_MAX];
     for (i, o) in order.iter_mut().enumerate() {
         *o = i as u8;
     }
-    let sorted = &mut order[..n];
+    let sorted = order.get_mut(..n)?;
     // Both are exact str (checked when read): comparing them cannot fail or run code.
     let greater =
         |a: u8, b: u8| crate::ffi::str_greater(&key_refs[a as usize], &key_refs[b as usize]);
@@ -208,23 +372,7 @@ fn sorted_key_list<'py>(
         crate::ffi::list_from(py, sorted.iter().map(|&i| key_refs[i as usize].clone())).ok()?;
     // A list of str cannot be part of a reference cycle (see `untrack_if_atomic`).
     crate::ffi::untrack(&list);
-    if n > 0 {
-        let entry = CachedKeys {
-            n,
-            keys: *keys,
-            order,
-            list: list.clone().unbind(),
-        };
-        // Dropping an evicted entry only releases a list of str: no Python code runs.
-        KEY_LISTS.with(|cache| {
-            let mut cache = cache.borrow_mut();
-            if cache.is_empty() {
-                cache.resize_with(KEY_LIST_SLOTS, || None);
-            }
-            cache[slot] = Some(entry);
-        });
-    }
-    Some((list, order))
+    KeyOrder::new(list.unbind(), sorted)
 }
 
 /// For each key in insertion order, its position in leaf (sorted) order; `None` when the two
@@ -265,7 +413,20 @@ pub const REORDER_MAX: usize = 32;
 /// false.
 #[inline]
 pub fn reorder<T>(values: &mut [T], from: impl Fn(usize) -> usize) -> bool {
-    let n = values.len();
+    cycle_swaps(values.len(), from, |a, b| values.swap(a, b))
+}
+
+/// The swaps, in order, that make `values[k]` the old `values[from(k)]` for a slice of `n`
+/// values, each handed to `swap`, following the permutation's cycles. `from` must be a
+/// permutation of `0..n` (`n` at most `REORDER_MAX`): otherwise no swap is handed out and
+/// the result is false. A cycle of `m` values takes `m - 1` swaps, so there are fewer swaps
+/// than values.
+#[inline]
+fn cycle_swaps(
+    n: usize,
+    from: impl Fn(usize) -> usize,
+    mut swap: impl FnMut(usize, usize),
+) -> bool {
     if n > REORDER_MAX {
         return false;
     }
@@ -293,7 +454,7 @@ pub fn reorder<T>(values: &mut [T], from: impl Fn(usize) -> usize) -> bool {
             if next == start {
                 break;
             }
-            values.swap(k, next);
+            swap(k, next);
             k = next;
         }
     }
