@@ -33,6 +33,8 @@ thread_local! {
 
 /// An empty vector with room for `capacity` objects, reusing this thread's spare buffer of
 /// `slot` when there is one (a nested call that finds the slot taken allocates).
+// Inlined into the walk: see `treespec::take_nodes`.
+#[inline(always)]
 pub fn take<'py>(slot: Slot, capacity: usize) -> Vec<Bound<'py, PyAny>> {
     let mut v = match SPARE.with(|s| s[slot as usize].take()) {
         Some(buffer) => retype(buffer),
@@ -43,6 +45,8 @@ pub fn take<'py>(slot: Slot, capacity: usize) -> Vec<Bound<'py, PyAny>> {
 }
 
 /// Empties `v` (releasing what it holds) and keeps its buffer for the next `take`.
+// Inlined into the walk: see `treespec::take_nodes`.
+#[inline(always)]
 pub fn give_back(slot: Slot, mut v: Vec<Bound<'_, PyAny>>) {
     // Releasing the objects may run Python code, which may take and give back this slot:
     // the buffer is put back only once it is empty.
