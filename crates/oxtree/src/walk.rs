@@ -42,7 +42,7 @@ fn items_list<'py>(seq: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
         return crate::ffi::list_copy(list);
     }
     match seq.cast::<PyTuple>() {
-        Ok(tuple) => crate::ffi::list_from(seq.py(), tuple.iter()),
+        Ok(tuple) => crate::ffi::tuple_to_list(tuple),
         Err(_) => Err(crate::internal!("a leaf sequence that is no tuple or list")),
     }
 }

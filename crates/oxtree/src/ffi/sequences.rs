@@ -93,6 +93,28 @@ pub fn list_copy<'py>(l: &Bound<'py, PyList>) -> PyResult<Bound<'py, PyList>> {
     }
 }
 
+/// `list(t)`: a new list of the items of tuple `t`, copied slot by slot (a tuple's items
+/// never change, so no iterator nor length check is needed).
+#[inline]
+pub fn tuple_to_list<'py>(t: &Bound<'py, PyTuple>) -> PyResult<Bound<'py, PyList>> {
+    let n = t.len();
+    // SAFETY: PyList_New returns a new list of `n` NULL slots (or NULL with an exception
+    // set); each slot `i < n` is filled once with a new reference to item `i` of the tuple,
+    // which has `n` items (a tuple's length never changes), before the list is seen by
+    // anything else.
+    unsafe {
+        let l = Bound::from_owned_ptr_or_err(t.py(), sys::PyList_New(n as sys::Py_ssize_t))?;
+        let src = (*t.as_ptr().cast::<sys::PyTupleObject>()).ob_item.as_ptr();
+        let dst = (*l.as_ptr().cast::<sys::PyListObject>()).ob_item;
+        for i in 0..n {
+            let item = src.add(i).read();
+            sys::Py_INCREF(item);
+            dst.add(i).write(item);
+        }
+        Ok(l.cast_into_unchecked())
+    }
+}
+
 /// `list(obj)`: a new list of what iterating `obj` yields.
 #[inline]
 pub fn sequence_list<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {

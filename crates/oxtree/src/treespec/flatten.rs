@@ -1133,22 +1133,76 @@ fn leaf_sequence(
     } else {
         return None;
     };
-    // `collections` is imported when the module loads (never here: that would run Python).
-    let deque = types::collections_if_ready(tree.py())?.deque.as_ptr();
-    // JAX's registry: only types known not to be JAX nodes (JAX's size read once).
-    let jax_size = opts
-        .reads_jax()
-        .then(|| crate::jax_registry::size(tree.py()));
-    // The last type found to be no JAX node: items of one type come in runs.
-    let mut not_jax: *mut ffi::PyTypeObject = std::ptr::null_mut();
+    // Read only for an item that is neither a builtin scalar nor None (most leaf sequences
+    // hold nothing else).
+    let mut rare = RareChecks::default();
+    // What is decided depends on the type alone (None is its type's one instance), and
+    // items of one type come in runs: the last type accepted is accepted again at one
+    // compare (a 100,000-int list: 20 instructions an item before, 10 after).
+    let mut accepted: *mut ffi::PyTypeObject = std::ptr::null_mut();
     // Nothing below runs Python code, so the list cannot change while it is looked at.
-    let mut decide = |item: crate::ffi::ItemType| {
-        if registry.scalar_leaf(item.ty) {
+    let plain = |item: crate::ffi::ItemType| {
+        if item.ty == accepted {
             return true;
         }
-        if item.is_none {
-            return opts.none_is_leaf;
+        let ok = if registry.scalar_leaf(item.ty) {
+            true
+        } else if item.is_none {
+            opts.none_is_leaf
+        } else {
+            rare.plain_leaf(tree.py(), item, opts, registry)
+        };
+        if ok {
+            accepted = item.ty;
         }
+        ok
+    };
+    crate::ffi::all_item_types(tree, plain).then_some((kind, n))
+}
+
+/// How `leaf_sequence` decides an item that is neither a builtin scalar nor None, with what
+/// it read for the items before.
+struct RareChecks {
+    /// The address of `collections.deque` (compared only) and JAX's registry size when the
+    /// walk reads JAX's registry, read at the first such item; None inside when `collections`
+    /// is not imported yet.
+    read: Option<Option<(*mut ffi::PyObject, Option<usize>)>>,
+    /// The last type found to be no JAX node: items of one type come in runs.
+    not_jax: *mut ffi::PyTypeObject,
+}
+
+impl Default for RareChecks {
+    fn default() -> Self {
+        RareChecks {
+            read: None,
+            not_jax: std::ptr::null_mut(),
+        }
+    }
+}
+
+impl RareChecks {
+    /// Whether the walk takes `item` (neither a builtin scalar nor None) for a leaf: an
+    /// unregistered type of no container kind. `collections` is imported when the module
+    /// loads (never here: that would run Python code); false until it is.
+    #[inline(never)]
+    fn plain_leaf(
+        &mut self,
+        py: Python<'_>,
+        item: crate::ffi::ItemType,
+        opts: &Options<'_, '_>,
+        registry: &Registry,
+    ) -> bool {
+        let read = *self.read.get_or_insert_with(|| {
+            let deque = types::collections_if_ready(py)?.deque.as_ptr();
+            // JAX's registry: only types known not to be JAX nodes (its size read once).
+            Some((
+                deque,
+                opts.reads_jax().then(|| crate::jax_registry::size(py)),
+            ))
+        });
+        let Some((deque, jax_size)) = read else {
+            return false;
+        };
         item.flags
             & (ffi::Py_TPFLAGS_TUPLE_SUBCLASS
                 | ffi::Py_TPFLAGS_LIST_SUBCLASS
@@ -1157,28 +1211,12 @@ fn leaf_sequence(
             && item.ty.cast() != deque
             && (registry.is_empty() || registry.lookup(item.ty, opts.namespace).is_none())
             && jax_size.is_none_or(|size| {
-                let known = item.ty == not_jax
+                let known = item.ty == self.not_jax
                     || crate::jax_registry::known_leaf(item.ty, item.flags, item.tag(), size);
-                not_jax = if known { item.ty } else { std::ptr::null_mut() };
+                self.not_jax = if known { item.ty } else { std::ptr::null_mut() };
                 known
             })
-    };
-    // What `decide` says depends on the type alone (None is its type's one instance), and
-    // items of one type come in runs: the last type it accepted is accepted again at one
-    // compare (a 100,000-int list: 20 instructions an item before, 10 after).
-    let mut accepted: *mut ffi::PyTypeObject = std::ptr::null_mut();
-    let plain = |item: crate::ffi::ItemType| {
-        if item.ty == accepted {
-            return true;
-        }
-        let ty = item.ty;
-        let ok = decide(item);
-        if ok {
-            accepted = ty;
-        }
-        ok
-    };
-    crate::ffi::all_item_types(tree, plain).then_some((kind, n))
+    }
 }
 
 /// Walks `tree` with the options chosen once, as compile-time parameters.

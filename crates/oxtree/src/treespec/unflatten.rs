@@ -67,7 +67,7 @@ fn sequence_of_leaves<'py>(
             return Ok(None);
         }
         return Ok(Some(if list {
-            list_from(py, t.iter())?.into_any()
+            crate::ffi::tuple_to_list(t)?.into_any()
         } else {
             tuple_from(py, t.iter())?.into_any()
         }));
