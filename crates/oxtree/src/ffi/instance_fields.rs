@@ -69,6 +69,7 @@ impl FieldReads {
         out: &mut Vec<Bound<'py, PyAny>>,
         mut getattr: impl FnMut(usize) -> PyResult<Bound<'py, PyAny>>,
     ) -> PyResult<()> {
+        out.reserve(names.len());
         let mut direct = self.prepare(obj, names);
         for i in 0..names.len() {
             if direct {
@@ -87,7 +88,7 @@ impl FieldReads {
 
     /// Makes the plans current for the class of `obj`, whose attributes `names` (the list
     /// this was made for) are about to be read. Whether any direct read may be tried.
-    #[inline]
+    #[inline(always)]
     fn prepare(&self, obj: &Bound<'_, PyAny>, names: &[Py<PyString>]) -> bool {
         if !FIELD_LAYOUT_KNOWN || names.len() != self.plans.len() {
             return false;

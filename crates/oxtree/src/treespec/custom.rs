@@ -117,7 +117,10 @@ pub fn dataclass_aux<'py>(
     obj: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
     if meta.is_empty() {
-        return Ok(PyTuple::empty(py).into_any());
+        // Kept, not asked of CPython each time (a call and a check: 20 instructions a node).
+        static EMPTY: pyo3::sync::PyOnceLock<Py<PyTuple>> = pyo3::sync::PyOnceLock::new();
+        let empty = EMPTY.get_or_init(py, || PyTuple::empty(py).unbind());
+        return Ok(empty.bind(py).clone().into_any());
     }
     meta_values(py, meta, reads, obj)
 }
