@@ -6,6 +6,7 @@ use pyo3::types::{PyDict, PyTuple};
 
 use crate::errors::{short_repr, TreeError};
 use crate::face::{Face, Words};
+use crate::invariant::Invariant;
 use crate::registry::{Children, Flattened, Registration, Rule};
 
 /// The children, aux data and (when known) child keys of a registered node. With
@@ -253,8 +254,10 @@ fn split_flatten_result<'py>(
             out,
         ));
     }
-    let children = parts.get_item(0)?;
-    let children = match children.cast_into_exact::<PyTuple>() {
+    // Items read in place, its length checked above (`get_item` was a call into CPython per
+    // item, two or three per registered node).
+    let item = |i: usize| crate::ffi::tuple_item(parts, i).invariant("a flatten result's item");
+    let children = match item(0)?.cast_into_exact::<PyTuple>() {
         Ok(t) => Children::Tuple(t),
         Err(e) => match e.into_inner().cast_into_exact::<pyo3::types::PyList>() {
             Ok(l) => Children::List(l),
@@ -267,8 +270,11 @@ fn split_flatten_result<'py>(
             }
         },
     };
-    let entries = if parts.len() == 3 && !parts.get_item(2)?.is_none() {
-        let entries = parts.get_item(2)?;
+    let entries = match parts.len() {
+        3 => Some(item(2)?).filter(|e| !e.is_none()),
+        _ => None,
+    };
+    let entries = if let Some(entries) = entries {
         let entries = match entries.cast_into::<PyTuple>() {
             Ok(t) => t,
             Err(e) => {
@@ -297,7 +303,7 @@ fn split_flatten_result<'py>(
     } else {
         None
     };
-    Ok((children, parts.get_item(1)?, entries))
+    Ok((children, item(1)?, entries))
 }
 
 /// Splits what JAX's `flatten_with_keys` returned: `([(key, child), ...], aux_data)`.
