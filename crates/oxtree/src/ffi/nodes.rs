@@ -23,6 +23,11 @@ pub trait Slot: Sized {
     fn copy_unregistered(&self, py: Python<'_>) -> Self;
     /// Whether dropping the node has nothing to release.
     fn holds_nothing(&self) -> bool;
+    /// Drops the node (a slot type may release its common contents more cheaply).
+    #[inline(always)]
+    fn discard(self) {
+        drop(self);
+    }
 }
 
 /// A registered node's registration, as a plain pointer: cloning and dropping an `Arc` per
@@ -319,7 +324,9 @@ impl<N: Slot> Nodes<N> {
     /// Drops the last node, if any.
     #[inline]
     pub fn discard_last(&mut self) {
-        self.vec.pop();
+        if let Some(node) = self.vec.pop() {
+            node.discard();
+        }
     }
 
     /// Holds an `Arc` of `reg`, unless these hold one already.
