@@ -44,7 +44,9 @@ pub struct Node {
     extra: Option<Box<NodeExtra>>,
 }
 
-// The size docs/architecture.md gives ("The treedef"), checked when the crate compiles.
+// The size docs/architecture.md gives ("The treedef"), checked when the crate compiles. A
+// new field also belongs in `Slot::discard` below, which forgets a node once it has released
+// what the node holds.
 #[cfg(target_pointer_width = "64")]
 const _: [(); 64] = [(); std::mem::size_of::<Node>()];
 
@@ -348,7 +350,9 @@ impl Slot for Node {
     fn discard(mut self) {
         if self.keys.is_none() && self.extra.is_none() {
             drop(self.data.take());
-            // Nothing is left to release: the registration pointer owns nothing.
+            // Nothing is left to release: the registration pointer owns nothing, and the
+            // other fields are plain numbers. A field added to `Node` must be released here
+            // too (the size check below `Node` fails first, pointing here).
             std::mem::forget(self);
         }
     }
